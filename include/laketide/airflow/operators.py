@@ -1,0 +1,77 @@
+"""Operators that submit laketide's Spark jobs through the Airflow Spark connection."""
+
+from __future__ import annotations
+
+import re
+import sys
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from laketide.config import REPO_ROOT, LaketideConfig
+
+SPARK_JOBS = REPO_ROOT / "spark_jobs"
+#: exit codes of laketide Spark jobs that a retry cannot fix
+FATAL_EXIT_CODES = {2: "bad arguments or configuration", 3: "checkpoint and table disagree"}
+
+
+def package_zip(config: LaketideConfig) -> Path:
+    """Zip the ``laketide`` package for ``--py-files`` so the job runs on any cluster manager."""
+    import laketide
+
+    source = Path(laketide.__file__).parent
+    target = config.home / "dist" / "laketide.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(source.rglob("*.py")):
+            archive.write(path, Path("laketide") / path.relative_to(source))
+    tmp.replace(target)
+    return target
+
+
+class LaketideSparkSubmitOperator(SparkSubmitOperator):
+    """Submit a laketide Spark job; the catalog, jars and Python come from the laketide configuration.
+
+    Everything is resolved in ``execute()``, never when the DAG file is parsed.
+
+    :param job: file name in ``spark_jobs/``
+    :param job_args: arguments of the job (templated)
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "job_args")
+
+    def __init__(self, *, job: str, job_args: list[str], **kwargs: Any) -> None:
+        kwargs.setdefault("conn_id", "spark_default")
+        super().__init__(application=str(SPARK_JOBS / job), **kwargs)
+        self.job_args = job_args
+
+    def execute(self, context: Any) -> None:
+        from airflow.exceptions import AirflowException, AirflowFailException
+
+        from laketide.config import get_config
+        from laketide.spark import spark_conf
+
+        config = get_config()
+        self.conf = {
+            **spark_conf(config),
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            **(self.conf or {}),
+        }
+        self.py_files = str(package_zip(config))
+        self.application_args = list(self.job_args)
+        try:
+            super().execute(context)
+        except AirflowException as exc:
+            match = re.search(r"Error code is: (\d+)", str(exc))
+            code = int(match.group(1)) if match else None
+            if code in FATAL_EXIT_CODES:
+                raise AirflowFailException(
+                    f"{self.application} failed: {FATAL_EXIT_CODES[code]} (exit {code}); not retrying. "
+                    "The task log above has the job's message and what to do."
+                ) from exc
+            raise

@@ -1,0 +1,58 @@
+"""The one place that builds the Iceberg catalog, for pyiceberg and for Spark, from the same settings.
+
+Spark uses Iceberg's JDBC catalog and Airflow uses pyiceberg's ``SqlCatalog``: both read and write the same
+tables (``iceberg_tables``, ``iceberg_namespace_properties``) in the same database under the same catalog
+name, so they see the same Iceberg tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from laketide.config import CatalogConfig
+from laketide.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+SQLITE_JDBC_PARAMS = "journal_mode=WAL&busy_timeout=30000"
+
+
+def jdbc_properties(catalog: CatalogConfig) -> dict[str, str]:
+    """Iceberg JDBC catalog properties (``uri``, ``jdbc.user``, ...) for the configured SQLAlchemy URI."""
+    uri = catalog.uri
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        if not path.startswith("/"):
+            raise ConfigError(f"catalog.uri {uri!r}: the SQLite path must be absolute (sqlite:////abs/path.db)")
+        return {"uri": f"jdbc:sqlite:{path}?{SQLITE_JDBC_PARAMS}", "jdbc.schema-version": "V1"}
+    parts = urlsplit(uri)
+    if not parts.scheme.startswith("postgresql") or not parts.hostname or not parts.path.strip("/"):
+        raise ConfigError(f"catalog.uri {uri!r}: expected postgresql+psycopg2://user:password@host:port/db")
+    props = {
+        "uri": f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}/{parts.path.strip('/')}",
+        "jdbc.schema-version": "V1",
+    }
+    if parts.username:
+        props["jdbc.user"] = unquote(parts.username)
+    if parts.password:
+        props["jdbc.password"] = unquote(parts.password)
+    return props
+
+
+def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
+    """Properties for pyiceberg's SqlCatalog."""
+    # the v1 schema (column iceberg_type) is what Iceberg's JDBC catalog uses with jdbc.schema-version=V1
+    return {"uri": catalog.uri, "warehouse": catalog.warehouse, "schema_version": "v1"}
+
+
+def load_catalog(catalog: CatalogConfig) -> SqlCatalog:
+    """pyiceberg's view of the shared catalog (no JVM)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    if catalog.uri.startswith("sqlite:///"):
+        from pathlib import Path
+
+        Path(catalog.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return SqlCatalog(catalog.name, **pyiceberg_properties(catalog))

@@ -1,0 +1,168 @@
+"""The writer's commit protocol, as plain functions over snapshot summaries and checkpoint folders.
+
+Every commit laketide's writer makes carries its markers in the Iceberg snapshot summary:
+
+===========================  ==============================================================
+``laketide.writer-id``       the stable, configured writer id (not Spark's query id)
+``laketide.batch-id``        the Structured Streaming micro-batch id
+``laketide.source-files``    JSON list of the landing files of the batch (the source position)
+``laketide.min-event-time``  earliest valid event time in the batch (ISO, UTC), absent if none
+``laketide.max-event-time``  latest valid event time in the batch
+``laketide.watermark``       the writer's high watermark: latest valid event time committed so far
+``laketide.partition-rows``  JSON {partition key: rows added} for this table
+``laketide.valid-rows`` / ``laketide.rejected-rows``  row counts of the whole batch
+===========================  ==============================================================
+
+Two phases: the data files are written first (pre-commit); the atomic catalog swap is the commit. A batch
+is replayed after a crash; before writing, the writer looks up the last batch id this writer committed to
+each table and skips a table whose batch is already there. Files of an attempt that never committed are
+orphans for the cleaner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from laketide.errors import CheckpointMismatchError
+
+WRITER_ID = "laketide.writer-id"
+BATCH_ID = "laketide.batch-id"
+SOURCE_FILES = "laketide.source-files"
+MIN_EVENT_TIME = "laketide.min-event-time"
+MAX_EVENT_TIME = "laketide.max-event-time"
+WATERMARK = "laketide.watermark"
+PARTITION_ROWS = "laketide.partition-rows"
+VALID_ROWS = "laketide.valid-rows"
+REJECTED_ROWS = "laketide.rejected-rows"
+REDO_HINT = "Use the laketide_redo DAG (or reset the checkpoint deliberately) to reconcile them."
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The newest commit of one writer found in a table's history."""
+
+    snapshot_id: int
+    batch_id: int
+    summary: Mapping[str, str]
+
+    @property
+    def watermark(self) -> str | None:
+        return self.summary.get(WATERMARK)
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What the marker lookup needs of a snapshot (built from pyiceberg or Spark)."""
+
+    snapshot_id: int
+    parent_id: int | None
+    summary: Mapping[str, str]
+
+
+def last_marker(
+    snapshots: Iterable[SnapshotInfo], current_id: int | None, writer_id: str
+) -> Marker | None:
+    """Walk back from the current snapshot along parents to the newest commit of ``writer_id``.
+
+    Only the current lineage counts: a batch in a rolled-back branch is not committed. The walk stops at
+    the first marker found, so its cost is the number of other commits since this writer's last one.
+    """
+    by_id = {s.snapshot_id: s for s in snapshots}
+    node = by_id.get(current_id) if current_id is not None else None
+    while node is not None:
+        if node.summary.get(WRITER_ID) == writer_id and BATCH_ID in node.summary:
+            return Marker(node.snapshot_id, int(node.summary[BATCH_ID]), dict(node.summary))
+        node = by_id.get(node.parent_id) if node.parent_id is not None else None
+    return None
+
+
+def should_write(batch_id: int, marker: Marker | None) -> bool:
+    """True when ``batch_id`` is not yet committed to the table (batches commit in order)."""
+    return marker is None or batch_id > marker.batch_id
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The last batch ids Spark recorded: planned (offsets log) and finished (commits log)."""
+
+    last_offset: int | None
+    last_commit: int | None
+
+
+def _last_batch(folder: Path) -> int | None:
+    if not folder.is_dir():
+        return None
+    ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+    return max(ids) if ids else None
+
+
+def read_checkpoint(checkpoint: Path) -> CheckpointState:
+    """Read the offsets and commits logs of a Structured Streaming checkpoint folder."""
+    return CheckpointState(_last_batch(checkpoint / "offsets"), _last_batch(checkpoint / "commits"))
+
+
+def check_checkpoint(
+    table: str, writer_id: str, checkpoint: Path, state: CheckpointState, marker: Marker | None
+) -> None:
+    """Refuse to start when the checkpoint and the table disagree.
+
+    Every batch commits to the events table (an empty commit when it had no valid rows), so the table's
+    last batch B and the checkpoint must agree: Spark finished B (commits log = B), or B committed to Iceberg
+    but the process died before Spark recorded it (commits log = B-1, offsets log = B: B is replayed and
+    skipped). Anything else means a lost, reset or foreign checkpoint (starting would re-ingest data the
+    table holds, or re-number batches) or a table rolled back under the checkpoint.
+    """
+    if marker is None:
+        if state.last_commit is None:
+            return
+        raise CheckpointMismatchError(
+            f"checkpoint {checkpoint} has finished batches up to {state.last_commit}, but table {table} "
+            f"holds no commit of writer {writer_id!r} (table recreated or rolled back?). Starting would skip "
+            f"those landing files. {REDO_HINT}"
+        )
+    b = marker.batch_id
+    finished_b = state.last_commit == b
+    replay_b = state.last_offset == b and (state.last_commit == b - 1 or (b == 0 and state.last_commit is None))
+    if finished_b or replay_b:
+        return
+    if state.last_offset is None and state.last_commit is None:
+        what = "is missing or empty (lost or reset)"
+    elif (state.last_offset or -1) < b:
+        what = f"is behind the table (its last batch is {state.last_offset}: an older or reset checkpoint)"
+    else:
+        what = f"is ahead of the table (finished batch {state.last_commit}: table rolled back?)"
+    raise CheckpointMismatchError(
+        f"refusing to start writer {writer_id!r}: table {table} has batch {b} committed "
+        f"(snapshot {marker.snapshot_id}) but checkpoint {checkpoint} {what}. "
+        f"Starting would duplicate or lose data. {REDO_HINT}"
+    )
+
+
+def summary_properties(
+    writer_id: str, batch_id: int, source_files: list[str], partition_rows: Mapping[str, int],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Snapshot summary properties of one commit (all values are strings, as Iceberg stores them)."""
+    props = {
+        WRITER_ID: writer_id,
+        BATCH_ID: str(batch_id),
+        SOURCE_FILES: json.dumps(sorted(source_files), separators=(",", ":")),
+        PARTITION_ROWS: json.dumps(dict(sorted(partition_rows.items())), separators=(",", ":")),
+    }
+    for key, value in (extra or {}).items():
+        if value is not None:
+            props[key] = str(value)
+    return props
+
+
+def pyiceberg_snapshots(table: Any) -> tuple[list[SnapshotInfo], int | None]:
+    """Snapshot infos and the current snapshot id of a pyiceberg table (metadata only)."""
+    infos = [
+        SnapshotInfo(s.snapshot_id, s.parent_snapshot_id, dict(s.summary.additional_properties) if s.summary else {})
+        for s in table.metadata.snapshots
+    ]
+    return infos, table.metadata.current_snapshot_id

@@ -1,0 +1,19 @@
+"""All laketide errors; each message names what is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class LaketideError(Exception):
+    """Base class of every laketide error."""
+
+
+class ConfigError(LaketideError):
+    """A setting is wrong or missing; the message names the key."""
+
+
+class JarsError(LaketideError):
+    """A jar needed by Spark is missing and cannot be provisioned."""
+
+
+class CheckpointMismatchError(LaketideError):
+    """The Spark checkpoint and the Iceberg table disagree; starting would duplicate or lose data."""

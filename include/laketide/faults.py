@@ -1,0 +1,48 @@
+"""Test-only pause points for fault injection (off unless ``LAKETIDE_FAULT`` is set).
+
+``LAKETIDE_FAULT=<point>:<batch id>`` and ``LAKETIDE_FAULT_DIR=<folder>`` make the writer create
+``<folder>/<point>-<batch>.reached`` when it gets there and then sleep, so a test can SIGKILL the real
+process at that exact place. Points, in the order a batch passes them:
+
+* ``batch_start``: a new micro-batch began (the previous one is committed in Iceberg and in the checkpoint)
+* ``before_commit``: the batch's valid rows are in Iceberg's file writers, nothing is committed yet
+* ``between_tables``: the rejects are committed, the events are not
+* ``after_commit``: both Iceberg commits are done, Spark has not yet recorded the batch as committed
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+POINTS = ("batch_start", "before_commit", "between_tables", "after_commit")
+
+
+def armed(point: str, batch_id: int) -> str | None:
+    """The fault folder when ``point`` is armed for ``batch_id``, else None."""
+    spec = os.environ.get("LAKETIDE_FAULT", "")
+    folder = os.environ.get("LAKETIDE_FAULT_DIR")
+    if not spec or not folder:
+        return None
+    want_point, _, want_batch = spec.partition(":")
+    if want_point != point or (want_batch and int(want_batch) != batch_id):
+        return None
+    return folder
+
+
+def pause_forever(folder: str, point: str, batch_id: int) -> None:
+    """Announce the point, then sleep until killed (or until the parent process is gone)."""
+    marker = Path(folder) / f"{point}-{batch_id}.reached"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(os.getpid()))
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(1)
+
+
+def maybe_pause(point: str, batch_id: int) -> None:
+    folder = armed(point, batch_id)
+    if folder is not None:
+        pause_forever(folder, point, batch_id)

@@ -1,0 +1,259 @@
+"""The landing-zone contract: where producers publish files and how their audit records look.
+
+A stream with ``landing_path`` L uses three folders (see ``docs/landing-zone.md``):
+
+* ``L/_tmp/``  - files being written; never read by anyone;
+* ``L/audit/`` - one JSON audit record ``X.json`` per data file ``X.jsonl``;
+* ``L/data/``  - published newline-delimited JSON files ``X.jsonl``, one event per line.
+
+A file is written fully into ``_tmp/`` and then renamed (atomic on one filesystem). The audit record
+is renamed into ``audit/`` *before* its data file is renamed into ``data/``, so every visible data file
+has its audit record. Each data file holds the events of exactly one partition (UTC hour).
+
+Stdlib only: producers and Airflow tasks import this without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+AUDIT_VERSION = 1
+DATA_SUFFIX = ".jsonl"
+AUDIT_SUFFIX = ".json"
+#: ``<YYYYmmddTHH>-<producer_id>-<seq:08d>-<uuid8>.jsonl``
+FILE_NAME = re.compile(
+    r"^(?P<hour>\d{8}T\d{2})-(?P<producer>[A-Za-z0-9_.-]+)-(?P<seq>\d{8,})-(?P<token>[0-9a-f]{8})\.jsonl$"
+)
+_PRODUCER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_AUDIT_KEYS = ("version", "stream", "file", "producer", "records", "partitions", "produced_at")
+
+
+def partition_key(dt: datetime) -> str:
+    """The partition of an event time: its UTC hour start, e.g. ``2026-11-22T03:00:00+00:00``.
+
+    A naive datetime is taken to be UTC already.
+    """
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).replace(minute=0, second=0, microsecond=0).isoformat()
+
+
+def parse_partition(partition: str) -> datetime:
+    """Parse a partition key back into an aware UTC datetime; raise ValueError if it is not canonical."""
+    try:
+        dt = datetime.fromisoformat(partition)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"not a partition key: {partition!r} (expected e.g. '2026-11-22T03:00:00+00:00')"
+        ) from None
+    if dt.tzinfo is None or partition_key(dt) != partition:
+        raise ValueError(
+            f"not a partition key: {partition!r} (must be a UTC hour start written exactly like "
+            "'2026-11-22T03:00:00+00:00')"
+        )
+    return dt
+
+
+def data_dir(landing_path: str | Path) -> Path:
+    """Where published data files (``*.jsonl``) live: ``L/data``."""
+    return Path(landing_path) / "data"
+
+
+def audit_dir(landing_path: str | Path) -> Path:
+    """Where audit records (``*.json``, one per data file) live: ``L/audit``."""
+    return Path(landing_path) / "audit"
+
+
+def tmp_dir(landing_path: str | Path) -> Path:
+    """Where files are written before being renamed into place: ``L/_tmp``."""
+    return Path(landing_path) / "_tmp"
+
+
+def audit_name(data_file_name: str) -> str:
+    """The audit record's file name for a data file name: ``X.jsonl`` -> ``X.json``."""
+    if not data_file_name.endswith(DATA_SUFFIX):
+        raise ValueError(f"data file names end with {DATA_SUFFIX}: {data_file_name!r}")
+    return data_file_name[: -len(DATA_SUFFIX)] + AUDIT_SUFFIX
+
+
+def next_seq(landing_path: str | Path, producer_id: str) -> int:
+    """The next free sequence number of a producer, from the files already in ``data/`` and ``audit/``."""
+    highest = -1
+    for folder in (data_dir(landing_path), audit_dir(landing_path)):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            name = path.name
+            if name.endswith(AUDIT_SUFFIX):
+                name = name[: -len(AUDIT_SUFFIX)] + DATA_SUFFIX
+            match = FILE_NAME.match(name)
+            if match and match.group("producer") == producer_id:
+                highest = max(highest, int(match.group("seq")))
+    return highest + 1
+
+
+def _as_bytes(line: bytes | str) -> bytes:
+    raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if b"\n" in raw or b"\r" in raw:
+        raise ValueError(f"a record may not contain a line break: {raw[:80]!r}")
+    if not raw.strip():
+        raise ValueError("blank lines are not records; do not publish them")
+    return raw
+
+
+def _write_synced(path: Path, payload: bytes) -> None:
+    with open(path, "xb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. platforms that cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish(
+    landing_path: str | Path,
+    records_lines: Sequence[bytes | str],
+    partition: str,
+    producer_id: str,
+    seq: int,
+    stream: str,
+) -> Path:
+    """Publish one data file of one partition with its audit record; return the data file's path.
+
+    Both files are written and fsynced in ``_tmp/``; the audit record is renamed into ``audit/``,
+    then the data file into ``data/``. ``records_lines`` are the records without line breaks
+    (``bytes`` allowed so that deliberately malformed encodings can be written); blank lines are refused.
+    """
+    parse_partition(partition)
+    if not _PRODUCER_ID.match(producer_id):
+        raise ValueError(f"producer_id {producer_id!r} may only hold letters, digits, '_', '.', '-'")
+    if seq < 0:
+        raise ValueError(f"seq must be >= 0, got {seq}")
+    lines = [_as_bytes(line) for line in records_lines]
+    if not lines:
+        raise ValueError("refusing to publish an empty data file")
+
+    tmp, audits, data = tmp_dir(landing_path), audit_dir(landing_path), data_dir(landing_path)
+    for folder in (tmp, audits, data):
+        folder.mkdir(parents=True, exist_ok=True)
+    hour = parse_partition(partition).strftime("%Y%m%dT%H")
+    while True:
+        name = f"{hour}-{producer_id}-{seq:08d}-{uuid.uuid4().hex[:8]}{DATA_SUFFIX}"
+        if not (data / name).exists() and not (audits / audit_name(name)).exists():
+            break
+
+    audit = {
+        "version": AUDIT_VERSION,
+        "stream": stream,
+        "file": name,
+        "producer": producer_id,
+        "records": len(lines),
+        "partitions": {partition: len(lines)},
+        "produced_at": datetime.now(UTC).isoformat(),
+    }
+    tmp_data, tmp_audit = tmp / name, tmp / audit_name(name)
+    try:
+        _write_synced(tmp_data, b"".join(line + b"\n" for line in lines))
+        _write_synced(tmp_audit, (json.dumps(audit, indent=2) + "\n").encode("utf-8"))
+        _sync_dir(tmp)
+        os.rename(tmp_audit, audits / audit_name(name))
+        _sync_dir(audits)
+        os.rename(tmp_data, data / name)
+        _sync_dir(data)
+    except BaseException:
+        for leftover in (tmp_data, tmp_audit):
+            leftover.unlink(missing_ok=True)
+        raise
+    return data / name
+
+
+def _check_audit(record: Any, expected_file: str) -> str | None:
+    """Why an audit record is unusable, or None when it is fine."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    missing = [key for key in _AUDIT_KEYS if key not in record]
+    if missing:
+        return f"missing keys {missing}"
+    if record["version"] != AUDIT_VERSION:
+        return f"unsupported version {record['version']!r}"
+    if record["file"] != expected_file:
+        return f"'file' is {record['file']!r}, expected {expected_file!r}"
+    partitions = record["partitions"]
+    if not isinstance(partitions, dict) or not partitions:
+        return "'partitions' must be a non-empty object"
+    for key, count in partitions.items():
+        try:
+            parse_partition(key)
+        except ValueError as exc:
+            return str(exc)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return f"count of partition {key!r} is not a non-negative integer: {count!r}"
+    records = record["records"]
+    if not isinstance(records, int) or isinstance(records, bool) or records != sum(partitions.values()):
+        return f"'records' {records!r} is not the sum of 'partitions' {sum(partitions.values())}"
+    return None
+
+
+def read_audits(landing_path: str | Path) -> dict[str, dict[str, Any]]:
+    """All readable audit records of a landing path, keyed by data file name (``X.jsonl``).
+
+    An audit file that cannot be read, is not JSON or does not follow the schema is skipped with a
+    warning naming it.
+    """
+    folder = audit_dir(landing_path)
+    audits: dict[str, dict[str, Any]] = {}
+    if not folder.is_dir():
+        return audits
+    for path in sorted(folder.iterdir()):
+        if not path.name.endswith(AUDIT_SUFFIX) or path.name.startswith(".") or not path.is_file():
+            continue
+        expected_file = path.name[: -len(AUDIT_SUFFIX)] + DATA_SUFFIX
+        try:
+            record = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            log.warning("skipping unreadable audit record %s: %s", path, exc)
+            continue
+        problem = _check_audit(record, expected_file)
+        if problem:
+            log.warning("skipping invalid audit record %s: %s", path, problem)
+            continue
+        audits[expected_file] = record
+    return audits
+
+
+def expected_counts(landing_path: str | Path) -> dict[str, int]:
+    """Records per partition key, summed over the audits whose data file is published in ``data/``.
+
+    Audits without a data file (a producer that died between the two renames) are not counted.
+    """
+    data = data_dir(landing_path)
+    counts: dict[str, int] = {}
+    for file_name, record in read_audits(landing_path).items():
+        if not (data / file_name).is_file():
+            continue
+        for partition, count in record["partitions"].items():
+            counts[partition] = counts.get(partition, 0) + count
+    return dict(sorted(counts.items()))

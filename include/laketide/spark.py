@@ -1,0 +1,56 @@
+"""The one place that builds Spark settings and the SparkSession: catalog, jars, extensions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from laketide.catalog import jdbc_properties
+from laketide.config import LaketideConfig
+from laketide.jars import jar_set
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+def spark_conf(config: LaketideConfig) -> dict[str, str]:
+    """Spark configuration for every laketide job; also passed to ``spark-submit --conf``."""
+    name = config.catalog.name
+    prefix = f"spark.sql.catalog.{name}"
+    conf = {
+        "spark.sql.extensions": EXTENSIONS,
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "jdbc",
+        f"{prefix}.warehouse": config.catalog.warehouse,
+        f"{prefix}.cache-enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+    for key, value in jdbc_properties(config.catalog).items():
+        conf[f"{prefix}.{key}"] = value
+    if config.spark.packages:
+        conf["spark.jars.packages"] = ",".join(config.spark.packages)
+    else:
+        conf["spark.jars"] = ",".join(str(p) for p in jar_set(config.spark.jars_dir).all)
+    conf.update(config.spark.conf)
+    return conf
+
+
+def build_session(config: LaketideConfig, app_name: str, master: str | None = None) -> SparkSession:
+    """A SparkSession wired to the shared Iceberg catalog."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master or not _submitted():
+        builder = builder.master(master or config.spark.master)
+    for key, value in spark_conf(config).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _submitted() -> bool:
+    """True inside spark-submit, where the master comes from the command line."""
+    import os
+
+    return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_SUBMIT_OPTS" in os.environ

@@ -1,0 +1,377 @@
+"""The exactly-once Structured Streaming writer: landing zone -> events table + rejects table.
+
+``extract`` reads the landing zone's data files as lines, ``parse_lines`` is a pure DataFrame ->
+DataFrame transform (parse + validate, one reason per bad line), and :class:`BatchWriter` is the
+``foreachBatch`` sink that commits each micro-batch to both tables idempotently (see ``laketide.commits``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from laketide import commits, faults
+from laketide.catalog import load_catalog
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.landing import data_dir, partition_key
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("laketide.writer")
+
+Mode = Literal["continuous", "incremental"]
+SPARK_TYPES = {
+    "string": "string", "long": "bigint", "int": "int", "double": "double",
+    "boolean": "boolean", "timestamp": "timestamp",
+}
+EVENTS_PROPERTIES = {
+    "format-version": "2",
+    # no shuffle before the write: a fanout writer keeps one file open per hour instead
+    "write.distribution-mode": "none",
+    "write.spark.fanout.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+REJECTS_COLUMNS = (
+    "raw string, reason string, source_file string, event_hour timestamp, "
+    "batch_id bigint, writer_id string, rejected_at timestamp"
+)
+CORRUPT = "_corrupt_record"
+
+
+def record_schema(stream: StreamConfig) -> StructType:
+    """The typed record schema of a stream, plus Spark's corrupt-record column."""
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    schema = StructType()
+    for name, spec in stream.fields.items():
+        schema.add(name, _parse_datatype_string(SPARK_TYPES[spec.type]), nullable=True)
+    schema.add(CORRUPT, "string", nullable=True)
+    return schema
+
+
+def _human(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0 and seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) -> Column:
+    """First problem of a line, or null when the line is a valid event."""
+    from pyspark.sql import functions as F
+
+    checks: list[Column] = [
+        F.when(F.instr(raw, "\ufffd") > 0, F.lit("invalid UTF-8 encoding")),
+        F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
+        F.when(parsed.isNull() | ~F.trim(raw).startswith("{"), F.lit("not a JSON object")),
+    ]
+    for name, spec in stream.fields.items():
+        present = F.get_json_object(raw, f"$.{name}").isNotNull()
+        checks.append(
+            F.when(present & parsed[name].isNull(), F.lit(f"field {name!r} is not a valid {spec.type}"))
+        )
+    for name, spec in stream.fields.items():
+        if spec.required:
+            checks.append(F.when(parsed[name].isNull(), F.lit(f"missing required field {name!r}")))
+    event_time = parsed[stream.event_time_field]
+    low = datetime.fromisoformat(stream.min_event_time)
+    high = now + stream.max_future
+    checks.append(
+        F.when(
+            (event_time < F.lit(low)) | (event_time > F.lit(high)),
+            F.concat(
+                F.lit(f"event time out of range [{low.isoformat()}, processing time + {_human(stream.max_future)}]: "),
+                F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ssXXX"),
+            ),
+        )
+    )
+    checks.append(F.when(parsed[CORRUPT].isNotNull(), F.lit("malformed record")))
+    return F.coalesce(*checks)
+
+
+def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
+    """Parse and validate landing lines.
+
+    :param lines: columns ``value`` (one line) and ``_source_file`` (landing file name); blank lines are
+        not records and are dropped.
+    :param now: processing time, the reference for rejecting event times from the future.
+    :return: the stream's fields, plus ``_raw``, ``_source_file``, ``_error`` (null when valid) and
+        ``_event_hour`` (hour of the event time when one could be read, also for rejected lines).
+    """
+    from pyspark.sql import functions as F
+
+    raw = F.col("value")
+    parsed = F.from_json(raw, record_schema(stream), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    with_struct = lines.where(F.length(F.trim(raw)) > 0).select(
+        raw.alias("_raw"), F.col("_source_file"), parsed.alias("_p"),
+    )
+    p = F.col("_p")
+    loose_time = F.to_timestamp(F.get_json_object(F.col("_raw"), f"$.{stream.event_time_field}"))
+    event_time = F.coalesce(p[stream.event_time_field], loose_time)
+    return with_struct.select(
+        *[p[name].alias(name) for name in stream.fields],
+        F.col("_raw"),
+        F.col("_source_file"),
+        _reason(stream, p, F.col("_raw"), now).alias("_error"),
+        F.date_trunc("hour", event_time).alias("_event_hour"),
+    )
+
+
+def valid_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int) -> DataFrame:
+    """Rows for the events table: the stream's fields plus lineage columns."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("_error").isNull()).select(
+        *stream.fields, "_source_file", F.lit(batch_id).cast("bigint").alias("_batch_id")
+    )
+
+
+def rejected_rows(parsed: DataFrame, writer_id: str, batch_id: int, now: datetime) -> DataFrame:
+    """Rows for the rejects table: the raw line, the reason and where it came from."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("_error").isNotNull()).select(
+        F.col("_raw").alias("raw"),
+        F.col("_error").alias("reason"),
+        F.col("_source_file").alias("source_file"),
+        F.col("_event_hour").alias("event_hour"),
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        F.lit(writer_id).alias("writer_id"),
+        F.lit(now).alias("rejected_at"),
+    )
+
+
+def _utc(value: datetime) -> datetime:
+    """PySpark hands timestamps back as naive local times; Python reads naive as local too."""
+    return value.astimezone(UTC)
+
+
+def summary_key(hour: datetime | None) -> str:
+    """Partition key of an hour in summaries (``landing.partition_key``), or 'unknown'."""
+    return "unknown" if hour is None else partition_key(_utc(hour))
+
+
+@dataclass
+class BatchStats:
+    """What one pass over a parsed batch tells: files, counts per partition, event-time range."""
+
+    source_files: set[str] = field(default_factory=set)
+    valid: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    min_time: datetime | None = None
+    max_time: datetime | None = None
+
+    @property
+    def valid_total(self) -> int:
+        return sum(self.valid.values())
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+
+def batch_stats(parsed: DataFrame, stream: StreamConfig) -> BatchStats:
+    from pyspark.sql import functions as F
+
+    et = F.col(stream.event_time_field)
+    rows = (
+        parsed.groupBy("_source_file", F.col("_error").isNull().alias("ok"), "_event_hour")
+        .agg(F.count(F.lit(1)).alias("n"), F.min(et).alias("lo"), F.max(et).alias("hi"))
+        .collect()
+    )
+    stats = BatchStats()
+    for row in rows:
+        stats.source_files.add(row["_source_file"])
+        key = summary_key(row["_event_hour"])
+        bucket = stats.valid if row["ok"] else stats.rejected
+        bucket[key] = bucket.get(key, 0) + row["n"]
+        if row["ok"]:
+            lo, hi = row["lo"], row["hi"]
+            stats.min_time = lo if stats.min_time is None else min(stats.min_time, lo)
+            stats.max_time = hi if stats.max_time is None else max(stats.max_time, hi)
+    return stats
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return _utc(value).isoformat()
+
+
+def _pause_after_rows(folder: str, batch_id: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Any]]:
+    """mapInArrow pass-through that pauses once every row went to the file writer (test hook)."""
+
+    def passthrough(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from batches
+        faults.pause_forever(folder, "before_commit", batch_id)
+
+    return passthrough
+
+
+class BatchWriter:
+    """``foreachBatch`` sink: commit each micro-batch to the rejects table then the events table, once."""
+
+    def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
+        self.config = config
+        self.stream = stream
+        self.catalog = load_catalog(config.catalog)
+        self.prefix = config.catalog.name
+
+    def marker(self, table: str) -> commits.Marker | None:
+        snapshots, current = commits.pyiceberg_snapshots(self.catalog.load_table(table))
+        return commits.last_marker(snapshots, current, self.stream.writer_id)
+
+    def _append(self, df: DataFrame, table: str, props: dict[str, str]) -> None:
+        writer = df.writeTo(f"{self.prefix}.{table}")
+        for key, value in props.items():
+            writer = writer.option(f"snapshot-property.{key}", value)
+        writer.append()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark import StorageLevel
+
+        faults.maybe_pause("batch_start", batch_id)
+        started = time.monotonic()
+        stream = self.stream
+        events_marker = self.marker(stream.table)
+        if not commits.should_write(batch_id, events_marker):
+            log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
+            return
+        now = datetime.now(UTC).replace(microsecond=0)
+        parsed = parse_lines(batch, stream, now).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            stats = batch_stats(parsed, stream)
+            previous = events_marker.watermark if events_marker else None
+            batch_max = _iso(stats.max_time)
+            watermark = max(w for w in (previous, batch_max, "") if w is not None) or None
+            extra = {
+                commits.VALID_ROWS: stats.valid_total,
+                commits.REJECTED_ROWS: stats.rejected_total,
+                commits.MIN_EVENT_TIME: _iso(stats.min_time),
+                commits.MAX_EVENT_TIME: batch_max,
+                commits.WATERMARK: watermark,
+            }
+            files = sorted(stats.source_files)
+            if stats.rejected_total and commits.should_write(batch_id, self.marker(stream.rejects_table)):
+                rejects = rejected_rows(parsed, stream.writer_id, batch_id, now)
+                props = commits.summary_properties(stream.writer_id, batch_id, files, stats.rejected, extra)
+                self._append(rejects, stream.rejects_table, props)
+            faults.maybe_pause("between_tables", batch_id)
+            events = valid_rows(parsed, stream, batch_id)
+            folder = faults.armed("before_commit", batch_id)
+            if folder is not None:
+                events = events.mapInArrow(_pause_after_rows(folder, batch_id), events.schema)
+            props = commits.summary_properties(stream.writer_id, batch_id, files, stats.valid, extra)
+            self._append(events, stream.table, props)
+            faults.maybe_pause("after_commit", batch_id)
+        finally:
+            parsed.unpersist()
+        log.info(
+            "batch %d committed: %d valid, %d rejected, %d files, watermark %s (%.1fs)",
+            batch_id, stats.valid_total, stats.rejected_total, len(files), watermark, time.monotonic() - started,
+        )
+
+
+def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
+    """Create the namespace, events table (hidden partition: hour of event time) and rejects table."""
+    cat = config.catalog.name
+    columns = ", ".join(f"`{n}` {SPARK_TYPES[s.type]}" for n, s in stream.fields.items())
+    props = ", ".join(f"'{k}'='{v}'" for k, v in EVENTS_PROPERTIES.items())
+    for ns in sorted({stream.table.split(".")[0], stream.rejects_table.split(".")[0]}):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{ns}")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {cat}.{stream.table} ({columns}, _source_file string, _batch_id bigint) "
+        f"USING iceberg PARTITIONED BY (hours(`{stream.event_time_field}`)) TBLPROPERTIES ({props})"
+    )
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {cat}.{stream.rejects_table} ({REJECTS_COLUMNS}) "
+        f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({props})"
+    )
+
+
+def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
+    """Landing data files as a stream of lines with their file name."""
+    from pyspark.sql import functions as F
+
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", stream.max_files_per_trigger)
+        .option("pathGlobFilter", "*.jsonl")
+        .load(str(folder))
+        .select("value", F.col("_metadata.file_name").alias("_source_file"))
+    )
+
+
+def preflight(config: LaketideConfig, stream: StreamConfig) -> None:
+    """Refuse to start when checkpoint and table disagree (see ``commits.check_checkpoint``)."""
+    table = load_catalog(config.catalog).load_table(stream.table)
+    snapshots, current = commits.pyiceberg_snapshots(table)
+    marker = commits.last_marker(snapshots, current, stream.writer_id)
+    state = commits.read_checkpoint(stream.checkpoint_path)
+    commits.check_checkpoint(stream.table, stream.writer_id, stream.checkpoint_path, state, marker)
+
+
+def stop_file(stream: StreamConfig) -> Path:
+    """Create this file to ask a running writer to stop between batches."""
+    return stream.checkpoint_path.parent / f"{stream.name}.stop"
+
+
+def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode) -> StreamingQuery:
+    writer = (
+        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream))
+        .option("checkpointLocation", str(stream.checkpoint_path))
+        .queryName(f"laketide-{stream.name}")
+    )
+    if mode == "incremental":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(stream.trigger_interval.total_seconds())} seconds")
+    return writer.start()
+
+
+def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSession | None = None) -> None:
+    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous)."""
+    from laketide.spark import build_session
+
+    spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
+    ensure_tables(spark, config, stream)
+    preflight(config, stream)
+    flag = stop_file(stream)
+    flag.unlink(missing_ok=True)
+    stopping: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    query = start(spark, config, stream, mode)
+    log.info("writer %s started in %s mode: %s -> %s", stream.writer_id, mode, stream.landing_path, stream.table)
+    try:
+        while not query.awaitTermination(1):
+            if flag.exists() and not stopping:
+                stopping.append(f"stop file {flag}")
+            if stopping and not query.status["isTriggerActive"]:
+                log.info("stopping between batches (%s)", stopping[0])
+                query.stop()
+                flag.unlink(missing_ok=True)
+                break
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    progress = query.lastProgress
+    log.info("writer %s finished; last progress: %s", stream.writer_id, json.dumps(progress or {})[:500])

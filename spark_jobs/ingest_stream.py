@@ -1,0 +1,45 @@
+"""Spark job: the exactly-once writer of one laketide stream (landing zone -> Iceberg).
+
+Submitted by the ``laketide_ingest_<stream>`` DAG through ``SparkSubmitOperator``; runnable by hand:
+
+    spark-submit spark_jobs/ingest_stream.py --stream clicks --mode incremental
+
+``--mode continuous`` runs micro-batches on the stream's trigger interval until stopped (SIGTERM, or the
+stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes what has landed and exits.
+Exit codes: 0 done, 2 bad arguments or configuration, 3 checkpoint and table disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from laketide.config import get_config
+from laketide.errors import CheckpointMismatchError, ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stream", required=True, help="stream name from the configuration")
+    parser.add_argument("--mode", choices=["continuous", "incremental"], default="continuous")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = get_config()
+        stream = config.stream(args.stream)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from laketide.writer import run
+
+    try:
+        run(config, stream, args.mode)
+    except CheckpointMismatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

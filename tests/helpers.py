@@ -1,0 +1,119 @@
+"""Shared helpers: throwaway laketide homes, real writer processes, real kills."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from laketide.config import REPO_ROOT, LaketideConfig, load_config
+
+JARS_DIR = REPO_ROOT / ".laketide" / "jars"
+WRITER = REPO_ROOT / "spark_jobs" / "ingest_stream.py"
+
+STREAM_FIELDS = {
+    "event_id": {"type": "string", "required": True},
+    "event_time": {"type": "timestamp", "required": True},
+    "user_id": {"type": "long", "required": True},
+    "page": {"type": "string", "required": True},
+    "action": {"type": "string"},
+    "duration_ms": {"type": "long"},
+    "country": {"type": "string"},
+}
+
+
+def write_config(home: Path, **stream_overrides: Any) -> Path:
+    """A laketide configuration in ``home`` (SQLite catalog, local warehouse, one stream 'clicks')."""
+    stream = {
+        "name": "clicks",
+        "landing_path": "{home}/landing/clicks",
+        "checkpoint_path": "{home}/checkpoints/clicks",
+        "table": "lake.clicks",
+        "rejects_table": "lake.clicks_rejects",
+        "writer_id": "clicks-writer",
+        "event_time_field": "event_time",
+        "event_id_field": "event_id",
+        "trigger_interval": "2s",
+        "allowed_lateness": "10m",
+        "idle_window": "5m",
+        "max_files_per_trigger": 4,
+        "fields": STREAM_FIELDS,
+    }
+    stream.update(stream_overrides)
+    raw = {
+        "home": str(home),
+        "catalog": {"name": "laketide", "uri": "sqlite:///{home}/catalog.db", "warehouse": "file://{home}/warehouse"},
+        "spark": {
+            "master": "local[2]",
+            "jars_dir": str(JARS_DIR),
+            "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+        },
+        "streams": [stream],
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "laketide.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def config_env(config_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKETIDE")}
+    env.update({"LAKETIDE_CONFIG": str(config_path), "TZ": "UTC"}, **extra)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def load(config_path: Path) -> LaketideConfig:
+    return load_config(config_path, environ={})
+
+
+def start_writer(config_path: Path, mode: str = "incremental", log: Path | None = None,
+                 **env: str) -> subprocess.Popen[bytes]:
+    """Start the real writer process in its own process group (so a kill takes the JVM too)."""
+    out = open(log or (config_path.parent / "writer.log"), "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, str(WRITER), "--stream", "clicks", "--mode", mode],
+        env=config_env(config_path, **env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def run_writer(config_path: Path, mode: str = "incremental", timeout: float = 300, **env: str) -> int:
+    proc = start_writer(config_path, mode, **env)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the writer and everything it started (JVM, Python workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=60)
+
+
+def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
+    """Wait until ``path`` exists; fail early if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"writer exited with {proc.returncode} before reaching {path.name}")
+        time.sleep(0.2)
+    kill_group(proc)
+    raise AssertionError(f"timed out waiting for {path}")
+
+
+def writer_log(config_path: Path) -> str:
+    path = config_path.parent / "writer.log"
+    return path.read_text(errors="replace") if path.exists() else ""
