@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -94,10 +95,8 @@ def run_writer(config_path: Path, mode: str = "incremental", timeout: float = 30
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the writer and everything it started (JVM, Python workers)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait(timeout=60)
 
 

@@ -72,7 +72,7 @@ def reject_counts(
         hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
         if len(parts) == 1:
             counts[parts[0]] += 1
-        elif hour in parts:
+        elif hour is not None and hour in parts:
             counts[hour] += 1
         else:
             counts[UNATTRIBUTED] += 1

@@ -11,7 +11,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,6 +48,7 @@ REJECTS_COLUMNS = (
     "batch_id bigint, writer_id string, rejected_at timestamp"
 )
 CORRUPT = "_corrupt_record"
+STRICT_JSON = {"allowSingleQuotes": "false"}
 
 
 def record_schema(stream: StreamConfig) -> StructType:
@@ -74,8 +75,19 @@ def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) ->
     from pyspark.sql import functions as F
 
     checks: list[Column] = [
-        F.when(F.instr(raw, "\ufffd") > 0, F.lit("invalid UTF-8 encoding")),
+        # the text source keeps raw bytes; re-encoding through a Java string replaces invalid sequences.
+        # Only lines with non-ASCII bytes pay for it (And short-circuits).
+        F.when(
+            (F.length(raw) != F.octet_length(raw)) & (raw.cast("binary") != F.encode(raw, "UTF-8")),
+            F.lit("invalid UTF-8 encoding"),
+        ),
         F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
+        # lenient readers accept e.g. single quotes; a strict re-parse of the bad lines tells
+        F.when(
+            parsed[CORRUPT].isNotNull() & F.from_json(raw, "map<string,string>", STRICT_JSON).isNull()
+            & F.trim(raw).startswith("{"),
+            F.lit("malformed JSON"),
+        ),
         F.when(parsed.isNull() | ~F.trim(raw).startswith("{"), F.lit("not a JSON object")),
     ]
     for name, spec in stream.fields.items():
@@ -114,7 +126,9 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     from pyspark.sql import functions as F
 
     raw = F.col("value")
-    parsed = F.from_json(raw, record_schema(stream), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    parsed = F.from_json(raw, record_schema(stream), {
+        "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
+    })
     with_struct = lines.where(F.length(F.trim(raw)) > 0).select(
         raw.alias("_raw"), F.col("_source_file"), parsed.alias("_p"),
     )
@@ -211,10 +225,10 @@ def _iso(value: datetime | None) -> str | None:
     return _utc(value).isoformat()
 
 
-def _pause_after_rows(folder: str, batch_id: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Any]]:
+def _pause_after_rows(folder: str, batch_id: int) -> Callable[[Iterable[pa.RecordBatch]], Iterable[Any]]:
     """mapInArrow pass-through that pauses once every row went to the file writer (test hook)."""
 
-    def passthrough(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def passthrough(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from batches
         faults.pause_forever(folder, "before_commit", batch_id)
 

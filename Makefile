@@ -1,0 +1,37 @@
+# laketide — run `make help` for the targets.
+SHELL := /bin/bash
+VENV := .venv/bin
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+export TZ := UTC
+
+.DEFAULT_GOAL := help
+
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: ## Install system packages, the .venv virtualenv and the Spark jars (idempotent)
+	@scripts/setup.sh
+
+jars: ## Provision the Iceberg/Jackson/JDBC jars for Spark (idempotent, no Maven needed)
+	@$(VENV)/python -m laketide.jars
+
+run: setup ## Run laketide on embedded defaults: Airflow standalone + sample producer + continuous writer
+	@scripts/run.sh
+
+test: setup lint ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow)
+	@$(VENV)/pytest -q
+
+lint: ## ruff and mypy
+	@$(VENV)/ruff check .
+	@$(VENV)/mypy
+
+bench: setup ## Benchmark: Parquet sink vs Iceberg native sink vs laketide writer, same input, one run
+	@$(VENV)/python bench/bench_writers.py
+
+reconcile: ## Per-partition report of the running quickstart: audit == lake + rejects
+	@$(VENV)/python -m laketide.reconcile
+
+clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars
+	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} + 2>/dev/null || true
+
+.PHONY: help setup jars run test lint bench reconcile clean

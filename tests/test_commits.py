@@ -1,0 +1,104 @@
+"""The commit-idempotency decision and the checkpoint guard, as plain functions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from laketide.commits import (
+    BATCH_ID,
+    WRITER_ID,
+    CheckpointState,
+    Marker,
+    SnapshotInfo,
+    check_checkpoint,
+    last_marker,
+    read_checkpoint,
+    should_write,
+    summary_properties,
+)
+from laketide.errors import CheckpointMismatchError
+
+
+def snap(sid: int, parent: int | None, writer: str | None = None, batch: int | None = None) -> SnapshotInfo:
+    summary = {"operation": "append"}
+    if writer is not None:
+        summary |= {WRITER_ID: writer, BATCH_ID: str(batch)}
+    return SnapshotInfo(sid, parent, summary)
+
+
+def test_last_marker_walks_back_past_other_writers_and_compaction() -> None:
+    history = [snap(1, None, "w", 0), snap(2, 1, "w", 1), snap(3, 2, "other", 7), snap(4, 3)]
+    marker = last_marker(history, 4, "w")
+    assert marker is not None and (marker.snapshot_id, marker.batch_id) == (2, 1)
+    assert last_marker(history, 4, "nobody") is None
+    assert last_marker([], None, "w") is None
+
+
+def test_rolled_back_branch_does_not_count() -> None:
+    # snapshot 3 (batch 2) was rolled back: current is 2, so batch 2 must be written again
+    history = [snap(1, None, "w", 0), snap(2, 1, "w", 1), snap(3, 2, "w", 2)]
+    marker = last_marker(history, 2, "w")
+    assert marker is not None and marker.batch_id == 1
+    assert should_write(2, marker)
+
+
+def test_should_write() -> None:
+    marker = Marker(10, 5, {})
+    assert not should_write(4, marker)
+    assert not should_write(5, marker)
+    assert should_write(6, marker)
+    assert should_write(0, None)
+
+
+GOOD = [
+    (None, CheckpointState(None, None)),  # fresh start
+    (None, CheckpointState(0, None)),  # killed in batch 0 before any commit
+    (Marker(1, 4, {}), CheckpointState(4, 4)),  # clean stop after batch 4
+    (Marker(1, 4, {}), CheckpointState(5, 4)),  # batch 5 planned, not committed anywhere
+    (Marker(1, 4, {}), CheckpointState(4, 3)),  # Iceberg has 4, Spark did not record it: replay + skip
+    (Marker(1, 0, {}), CheckpointState(0, None)),  # the same for the very first batch
+]
+
+
+@pytest.mark.parametrize(("marker", "state"), GOOD)
+def test_checkpoint_agrees(marker: Marker | None, state: CheckpointState) -> None:
+    check_checkpoint("lake.t", "w", Path("/ckpt"), state, marker)
+
+
+BAD = [
+    (Marker(1, 4, {}), CheckpointState(None, None), "missing or empty"),
+    (Marker(1, 4, {}), CheckpointState(1, 1), "behind the table"),
+    (Marker(1, 4, {}), CheckpointState(7, 6), "ahead of the table"),
+    (None, CheckpointState(3, 3), "holds no commit of writer"),
+]
+
+
+@pytest.mark.parametrize(("marker", "state", "why"), BAD)
+def test_checkpoint_disagrees(marker: Marker | None, state: CheckpointState, why: str) -> None:
+    with pytest.raises(CheckpointMismatchError) as err:
+        check_checkpoint("lake.t", "w", Path("/ckpt"), state, marker)
+    assert why in str(err.value)
+    assert "laketide_redo" in str(err.value)
+
+
+def test_read_checkpoint(tmp_path: Path) -> None:
+    assert read_checkpoint(tmp_path / "absent") == CheckpointState(None, None)
+    for name in ("0", "1", "2", ".2.crc"):
+        (tmp_path / "offsets").mkdir(exist_ok=True)
+        (tmp_path / "offsets" / name).write_text("v1")
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "1").write_text("v1")
+    assert read_checkpoint(tmp_path) == CheckpointState(2, 1)
+
+
+def test_summary_properties_are_strings() -> None:
+    props = summary_properties("w", 3, ["b.jsonl", "a.jsonl"], {"2026-11-22T03:00:00+00:00": 5},
+                               {"laketide.valid-rows": 5, "laketide.watermark": None})
+    assert props[WRITER_ID] == "w" and props[BATCH_ID] == "3"
+    assert json.loads(props["laketide.source-files"]) == ["a.jsonl", "b.jsonl"]
+    assert json.loads(props["laketide.partition-rows"]) == {"2026-11-22T03:00:00+00:00": 5}
+    assert props["laketide.valid-rows"] == "5"
+    assert "laketide.watermark" not in props

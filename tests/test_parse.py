@@ -1,0 +1,77 @@
+"""Parsing and validation of landing lines: a pure DataFrame transform, checked on a real SparkSession."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from laketide.writer import parse_lines, rejected_rows, valid_rows
+from tests.helpers import load, write_config
+
+NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
+GOOD = '{"event_id":"a","event_time":"2026-11-22T03:15:07.123000+00:00","user_id":5,"page":"/h","action":null}'
+CASES = [
+    (GOOD, None),
+    ('{"event_id":"b","event_time":"2026-11-22T03:15:07Z","user_id":"abc","page":"/h"}',
+     "field 'user_id' is not a valid long"),
+    ('{"event_id":"c","event_time":"2026-11-22T03:15:07+00:00","page":"/h"}', "missing required field 'user_id'"),
+    ('{"event_id":"d","event_time":"1970-01-01T00:00:00+00:00","user_id":5,"page":"/h"}',
+     "event time out of range [2000-01-01T00:00:00+00:00, processing time + 1d]: 1970-01-01T00:00:00Z"),
+    ('{"event_id":"e","event_time":"2026-11-24T00:00:00+00:00","user_id":5,"page":"/h"}',
+     "event time out of range [2000-01-01T00:00:00+00:00, processing time + 1d]: 2026-11-24T00:00:00Z"),
+    ('{"event_id":"f","event_time":"2026-11-22T03:15', "malformed JSON"),
+    ("garbage", "malformed JSON"),
+    ("[1,2]", "not a JSON object"),
+    ("42", "not a JSON object"),
+    ('{"event_id":"i","event_time":"not a time","user_id":5,"page":"/h"}',
+     "field 'event_time' is not a valid timestamp"),
+    ('{"event_id":"j","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration_ms":1.5}',
+     "field 'duration_ms' is not a valid long"),
+]
+
+
+@pytest.fixture()
+def stream(tmp_path: Path):  # type: ignore[no-untyped-def]
+    return load(write_config(tmp_path)).stream("clicks")
+
+
+def test_every_bad_line_gets_one_reason(spark, stream) -> None:  # type: ignore[no-untyped-def]
+    lines = [*CASES, ("   ", "blank")]
+    df = spark.createDataFrame([(line, "f.jsonl") for line, _ in lines], "value string, _source_file string")
+    rows = parse_lines(df, stream, NOW).collect()
+    assert len(rows) == len(CASES)  # the blank line is not a record
+    assert [r["_error"] for r in rows] == [why for _, why in CASES]
+    assert all(r["_raw"] == line for r, (line, _) in zip(rows, CASES, strict=True))
+
+
+def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # type: ignore[no-untyped-def]
+    df = spark.createDataFrame([(line, "f.jsonl") for line, _ in CASES], "value string, _source_file string")
+    parsed = parse_lines(df, stream, NOW)
+    good = valid_rows(parsed, stream, batch_id=7).collect()
+    bad = rejected_rows(parsed, "w", 7, NOW).collect()
+    assert len(good) + len(bad) == len(CASES)
+    assert [g["event_id"] for g in good] == ["a"]
+    assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
+    assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
+    assert {b["reason"] for b in bad} == {why for _, why in CASES if why}
+    # the event hour is kept for rejects whose event time could be read (reconciliation uses it)
+    by_raw = {b["raw"]: b for b in bad}
+    assert by_raw[CASES[1][0]]["event_hour"] is not None
+    assert by_raw["garbage"]["event_hour"] is None
+
+
+def test_bytes_read_from_a_landing_file(spark, stream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Invalid UTF-8 and single-quoted pseudo-JSON, read by Spark's text source as the writer does."""
+    from pyspark.sql import functions as F
+
+    good = GOOD.encode()
+    latin1 = '{"event_id":"x","event_time":"2026-11-22T03:00:00+00:00","user_id":1,"page":"São"}'.encode("latin-1")
+    quoted = b"{'event_id':'y','event_time':'2026-11-22T03:00:00+00:00','user_id':1,'page':'/h'}"
+    utf8 = '{"event_id":"z","event_time":"2026-11-22T03:00:00+00:00","user_id":1,"page":"São ✓"}'.encode()
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"\n".join([good, latin1, quoted, utf8]) + b"\n")
+    lines = spark.read.text(str(path)).select("value", F.lit("f.jsonl").alias("_source_file"))
+    errors = [r["_error"] for r in parse_lines(lines, stream, NOW).collect()]
+    assert errors == [None, "invalid UTF-8 encoding", "malformed JSON", None]

@@ -1,0 +1,111 @@
+"""End to end: the bundled producer lands events (with malformed and late lines), the real writer process
+ingests them into real Iceberg tables on a real SQLite catalog, and every partition reconciles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from laketide.catalog import load_catalog
+from laketide.commits import BATCH_ID, PARTITION_ROWS, SOURCE_FILES, WATERMARK, WRITER_ID
+from laketide.landing import data_dir, expected_counts
+from laketide.reconcile import reconcile
+from tests.helpers import config_env, load, run_writer, write_config, writer_log
+
+pytestmark = pytest.mark.slow
+
+START = "2026-11-21T20:00:00+00:00"
+
+
+def produce(config_path: Path, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "laketide.producer", "--mode", "backfill", *args],
+        env=config_env(config_path), check=True, capture_output=True,
+    )
+
+
+def landed(home: Path, **stream: object) -> Path:
+    """4 hours of events, one of them quiet, with malformed and late lines, in many small files."""
+    path = write_config(home, **stream)
+    produce(path, "--start", START, "--hours", "4", "--events-per-hour", "1500", "--events-per-file", "250",
+            "--malformed-ratio", "0.03", "--late-ratio", "0.05", "--late-by", "40m", "--quiet-hours", "2",
+            "--seed", "11")
+    return path
+
+
+def assert_exactly_once(config_path: Path) -> dict[str, int]:
+    config = load(config_path)
+    stream = config.stream("clicks")
+    report = reconcile(config, stream)
+    expected = expected_counts(stream.landing_path)
+    assert expected, "the producer landed nothing"
+    got = {p.partition: (p.audit, p.lake, p.rejects) for p in report.partitions}
+    for part, count in expected.items():
+        audit, lake, rejects = got[part]
+        assert lake + rejects == count == audit, f"partition {part}: lake {lake} + rejects {rejects} != {count}"
+    assert set(got) == set(expected), f"rows in partitions no producer reported: {set(got) - set(expected)}"
+    assert report.duplicate_ids == {}
+    assert report.unattributed_rejects == 0
+    return {p.partition: p.lake for p in report.partitions}
+
+
+def test_end_to_end_exactly_once(tmp_path: Path) -> None:
+    config_path = landed(tmp_path)
+    assert run_writer(config_path) == 0, writer_log(config_path)
+    lake = assert_exactly_once(config_path)
+    assert "2026-11-21T22:00:00+00:00" not in lake  # the quiet hour has no rows at all
+    assert sum(lake.values()) > 4000
+
+    # pyiceberg reads the tables the writer made: per-partition counts and the snapshot summaries
+    config = load(config_path)
+    stream = config.stream("clicks")
+    catalog = load_catalog(config.catalog)
+    events = catalog.load_table(stream.table)
+    summaries = [s.summary.additional_properties for s in events.metadata.snapshots]
+    assert [int(s[BATCH_ID]) for s in summaries] == list(range(len(summaries)))
+    assert all(s[WRITER_ID] == "clicks-writer" for s in summaries)
+    files = sorted(f for s in summaries for f in json.loads(s[SOURCE_FILES]))
+    assert files == sorted(p.name for p in data_dir(stream.landing_path).iterdir())
+    rows: dict[str, int] = {}
+    for s in summaries:
+        for part, n in json.loads(s[PARTITION_ROWS]).items():
+            rows[part] = rows.get(part, 0) + n
+    assert rows == lake
+    newest = max(events.scan(selected_fields=("event_time",)).to_arrow()["event_time"].to_pylist())
+    assert summaries[-1][WATERMARK] == newest.isoformat()  # the writer's watermark: newest event time
+    rejects = catalog.load_table(stream.rejects_table).scan().to_arrow()
+    assert rejects.num_rows > 0
+    assert set(rejects.column_names) >= {"raw", "reason", "source_file", "event_hour", "batch_id"}
+    assert all(r for r in rejects["reason"].to_pylist())
+
+    # running again changes nothing: no new snapshot, same counts
+    before = events.metadata.current_snapshot_id
+    assert run_writer(config_path) == 0, writer_log(config_path)
+    assert catalog.load_table(stream.table).metadata.current_snapshot_id == before
+    assert assert_exactly_once(config_path) == lake
+
+
+def test_lost_checkpoint_refuses_to_start_and_changes_nothing(tmp_path: Path) -> None:
+    config_path = landed(tmp_path)
+    assert run_writer(config_path) == 0, writer_log(config_path)
+    config = load(config_path)
+    stream = config.stream("clicks")
+    catalog = load_catalog(config.catalog)
+    before = {t: catalog.load_table(t).metadata_location for t in (stream.table, stream.rejects_table)}
+    lake = assert_exactly_once(config_path)
+
+    import shutil
+
+    shutil.rmtree(stream.checkpoint_path)
+    log_path = config_path.parent / "writer.log"
+    log_path.unlink()
+    assert run_writer(config_path) == 3
+    log = writer_log(config_path)
+    assert "refusing to start writer 'clicks-writer'" in log
+    assert "missing or empty" in log and "laketide_redo" in log
+    assert {t: catalog.load_table(t).metadata_location for t in before} == before
+    assert assert_exactly_once(config_path) == lake
