@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java)
+APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java curl)
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 

@@ -1,12 +1,30 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from laketide.jars import provision
-from tests.helpers import JARS_DIR
+from laketide.config import REPO_ROOT
+
+# Airflow reads its configuration when first imported: point it at a throwaway home before any test does.
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="laketide-airflow-"))
+os.environ.update({
+    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+    "TZ": "UTC",
+})
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+
+from laketide.jars import provision  # noqa: E402
+from tests.helpers import JARS_DIR  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -14,6 +32,13 @@ def jars() -> Path:
     """The real jars, provisioned once (idempotent)."""
     provision(JARS_DIR)
     return JARS_DIR
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A real Airflow metadata database (SQLite) in the throwaway Airflow home."""
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return _AIRFLOW_HOME
 
 
 @pytest.fixture(scope="session")

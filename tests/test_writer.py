@@ -50,6 +50,7 @@ def assert_exactly_once(config_path: Path) -> dict[str, int]:
     assert set(got) == set(expected), f"rows in partitions no producer reported: {set(got) - set(expected)}"
     assert report.duplicate_ids == {}
     assert report.unattributed_rejects == 0
+    assert report.pending_files == []
     return {p.partition: p.lake for p in report.partitions}
 
 

@@ -225,10 +225,16 @@ def _format_errors(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def config_path(environ: dict[str, str] | None = None) -> Path:
+    """The configuration file in force: ``$LAKETIDE_CONFIG`` or ``conf/laketide.yaml``."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("LAKETIDE_CONFIG") or DEFAULT_CONFIG).resolve()
+
+
 def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> LaketideConfig:
     """Read, expand, override and validate the configuration; raise ConfigError naming the bad key."""
     env = dict(os.environ if environ is None else environ)
-    cfg_path = Path(path or env.get("LAKETIDE_CONFIG") or DEFAULT_CONFIG)
+    cfg_path = Path(path) if path else config_path(env)
     if not cfg_path.is_file():
         raise ConfigError(f"configuration file not found: {cfg_path} (set LAKETIDE_CONFIG to its path)")
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig, get_config
-from laketide.landing import expected_counts, partition_key, read_audits
+from laketide.landing import data_dir, partition_key, read_audits
 
 UNATTRIBUTED = "unattributed"
 
@@ -39,6 +39,8 @@ class Report:
     partitions: list[PartitionCounts] = field(default_factory=list)
     duplicate_ids: dict[str, int] = field(default_factory=dict)
     unattributed_rejects: int = 0
+    #: published landing files the writer has not ingested yet (not counted in ``partitions``)
+    pending_files: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -48,25 +50,28 @@ class Report:
         return {p.partition: p for p in self.partitions}
 
 
-def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[str], dict[str, int]]:
-    """Rows per partition of the events table and event ids seen more than once (scans data files)."""
+def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[str], dict[str, int], set[str]]:
+    """Rows per partition of the events table, event ids seen more than once, and the source files."""
     import pyarrow.compute as pc
 
     table = load_catalog(config.catalog).load_table(stream.table)
-    data = table.scan(selected_fields=(stream.event_id_field, stream.event_time_field)).to_arrow()
+    fields = (stream.event_id_field, stream.event_time_field, "_source_file")
+    data = table.scan(selected_fields=fields).to_arrow()
     hours = pc.floor_temporal(data[stream.event_time_field], unit="hour")
     counts: Counter[str] = Counter(partition_key(h) for h in hours.to_pylist() if h is not None)
     ids = Counter(data[stream.event_id_field].to_pylist())
-    return counts, {k: v for k, v in ids.items() if v > 1}
+    files = set(pc.unique(data["_source_file"]).to_pylist())
+    return counts, {k: v for k, v in ids.items() if v > 1}, files
 
 
 def reject_counts(
     config: LaketideConfig, stream: StreamConfig, audits: dict[str, dict[str, Any]]
-) -> Counter[str]:
+) -> tuple[Counter[str], set[str]]:
     """Rejected rows per partition, attributed through each row's source-file audit record."""
     table = load_catalog(config.catalog).load_table(stream.rejects_table)
     data = table.scan(selected_fields=("source_file", "event_hour")).to_arrow().to_pylist()
     counts: Counter[str] = Counter()
+    files = {row["source_file"] for row in data}
     for row in data:
         parts = list((audits.get(row["source_file"]) or {}).get("partitions", {}))
         hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
@@ -76,15 +81,25 @@ def reject_counts(
             counts[hour] += 1
         else:
             counts[UNATTRIBUTED] += 1
-    return counts
+    return counts, files
 
 
 def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
+    """Compare, per partition, the audit records of the files the writer ingested with both tables."""
     audits = read_audits(stream.landing_path)
-    expected = expected_counts(stream.landing_path)
-    lake, duplicates = lake_counts(config, stream)
-    rejects = reject_counts(config, stream, audits)
-    report = Report(duplicate_ids=duplicates, unattributed_rejects=rejects.pop(UNATTRIBUTED, 0))
+    lake, duplicates, lake_files = lake_counts(config, stream)
+    rejects, reject_files = reject_counts(config, stream, audits)
+    ingested = lake_files | reject_files
+    published = {p.name for p in data_dir(stream.landing_path).glob("*.jsonl")}
+    expected: Counter[str] = Counter()
+    for name in ingested:
+        for part, n in (audits.get(name) or {}).get("partitions", {}).items():
+            expected[part] += n
+    report = Report(
+        duplicate_ids=duplicates,
+        unattributed_rejects=rejects.pop(UNATTRIBUTED, 0),
+        pending_files=sorted(published - ingested),
+    )
     for part in sorted(set(expected) | set(lake) | set(rejects)):
         report.partitions.append(PartitionCounts(part, expected.get(part, 0), lake[part], rejects[part]))
     return report
@@ -104,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in report.partitions:
             print(f"  {p.partition:<27} {p.audit:>8} {p.lake:>8} {p.rejects:>8}  {'ok' if p.ok else 'MISMATCH'}")
         print(f"  duplicate event ids: {len(report.duplicate_ids)}; unattributed rejects: "
-              f"{report.unattributed_rejects}")
+              f"{report.unattributed_rejects}; landed files not ingested yet: {len(report.pending_files)}")
         ok = ok and report.ok
     return 0 if ok else 1
 

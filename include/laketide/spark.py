@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from laketide.catalog import jdbc_properties
-from laketide.config import LaketideConfig
+from laketide.config import REPO_ROOT, LaketideConfig
 from laketide.jars import jar_set
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+LOG4J = REPO_ROOT / "conf" / "log4j2.properties"
 
 
 def spark_conf(config: LaketideConfig) -> dict[str, str]:
@@ -26,6 +27,7 @@ def spark_conf(config: LaketideConfig) -> dict[str, str]:
         f"{prefix}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
     }
     for key, value in jdbc_properties(config.catalog).items():
         conf[f"{prefix}.{key}"] = value

@@ -50,9 +50,9 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
         self.job_args = job_args
 
     def execute(self, context: Any) -> None:
-        from airflow.exceptions import AirflowException, AirflowFailException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from laketide.config import get_config
+        from laketide.config import config_path, get_config
         from laketide.spark import spark_conf
 
         config = get_config()
@@ -63,6 +63,13 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
             **(self.conf or {}),
         }
         self.py_files = str(package_zip(config))
+        # the job finds the same configuration and state folder as this worker
+        self.env_vars = {
+            "LAKETIDE_CONFIG": str(config_path()),
+            "LAKETIDE_HOME": str(config.home),
+            "TZ": "UTC",
+            **(self.env_vars or {}),
+        }
         self.application_args = list(self.job_args)
         try:
             super().execute(context)
