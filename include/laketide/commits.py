@@ -38,7 +38,8 @@ WATERMARK = "laketide.watermark"
 PARTITION_ROWS = "laketide.partition-rows"
 VALID_ROWS = "laketide.valid-rows"
 REJECTED_ROWS = "laketide.rejected-rows"
-REDO_HINT = "Use the laketide_redo DAG (or reset the checkpoint deliberately) to reconcile them."
+REDO_HINT = ("See docs/operations.md (checkpoint and table disagree): redo from a snapshot with the "
+             "laketide_redo DAG, or reset the checkpoint and writer id deliberately.")
 
 
 @dataclass(frozen=True)
