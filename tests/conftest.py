@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,6 +16,7 @@ from laketide.config import REPO_ROOT
 
 # Airflow reads its configuration when first imported: point it at a throwaway home before any test does.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="laketide-airflow-"))
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 os.environ.update({
     "AIRFLOW_HOME": str(_AIRFLOW_HOME),
     "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
@@ -22,6 +26,8 @@ os.environ.update({
     "TZ": "UTC",
 })
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+# py4j logs at interpreter exit, after pytest closed its streams
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from laketide.jars import provision  # noqa: E402
 from tests.helpers import JARS_DIR  # noqa: E402
