@@ -51,6 +51,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import random
@@ -456,6 +457,14 @@ def render(figures: dict[str, Any], rows: int) -> str:
 # ------------------------------------------------------------------------------------------ main
 
 
+def writer_fingerprint() -> str:
+    """Which laketide writer was measured: sha256 prefix and modification time of writer.py."""
+    source = Path(writer.__file__)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    modified = datetime.fromtimestamp(source.stat().st_mtime, UTC)
+    return f"{source.name} sha256:{digest} modified {modified:%Y-%m-%dT%H:%M:%SZ}"
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -483,6 +492,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    fingerprint = writer_fingerprint()  # the source that was imported at start-up
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     batch_log = BatchLog()
     writer.log.setLevel(logging.INFO)
@@ -511,12 +521,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from laketide.spark import build_session
 
+
         spark = build_session(config, "laketide-bench", master="local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         bench = Bench(spark, config, base, runs, args.files_per_trigger, batch_log)
         print(f"Spark {spark.version}, {spark.sparkContext.master}; {rows:,} events in {args.files} files, "
               f"maxFilesPerTrigger {args.files_per_trigger}, {args.rounds} round(s); work in {runs}",
               flush=True)
+        print(f"laketide writer under test: {fingerprint}", flush=True)
 
         print("warm-up", flush=True)
         for pipeline in PIPELINES:
@@ -535,6 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             payload = {
                 "events": rows, "files": args.files, "files_per_trigger": args.files_per_trigger,
                 "rounds": args.rounds, "spark": spark.version, "master": spark.sparkContext.master,
+                "writer": fingerprint,
                 **figures, "runs": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results],
             }
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -74,26 +74,31 @@ def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) ->
     """First problem of a line, or null when the line is a valid event."""
     from pyspark.sql import functions as F
 
+    # Valid lines must stay cheap: every expensive probe (a second JSON parse) sits behind a cheap
+    # condition on the parsed struct, and And short-circuits left to right.
+    corrupt = parsed.isNull() | parsed[CORRUPT].isNotNull()
+    opens_object = raw.startswith("{") | F.ltrim(raw).startswith("{")
     checks: list[Column] = [
         # the text source keeps raw bytes; re-encoding through a Java string replaces invalid sequences.
-        # Only lines with non-ASCII bytes pay for it (And short-circuits).
+        # Only lines with non-ASCII bytes pay for it.
         F.when(
             (F.length(raw) != F.octet_length(raw)) & (raw.cast("binary") != F.encode(raw, "UTF-8")),
             F.lit("invalid UTF-8 encoding"),
         ),
-        F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
+        F.when(corrupt & F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
         # lenient readers accept e.g. single quotes; a strict re-parse of the bad lines tells
         F.when(
-            parsed[CORRUPT].isNotNull() & F.from_json(raw, "map<string,string>", STRICT_JSON).isNull()
-            & F.trim(raw).startswith("{"),
+            corrupt & opens_object & F.from_json(raw, "map<string,string>", STRICT_JSON).isNull(),
             F.lit("malformed JSON"),
         ),
-        F.when(parsed.isNull() | ~F.trim(raw).startswith("{"), F.lit("not a JSON object")),
+        F.when(parsed.isNull() | ~opens_object, F.lit("not a JSON object")),
     ]
     for name, spec in stream.fields.items():
+        # null in the struct but present in the line: a wrong type (an omitted optional field is fine)
+        mentioned = F.instr(raw, f'"{name}"') > 0
         present = F.get_json_object(raw, f"$.{name}").isNotNull()
         checks.append(
-            F.when(present & parsed[name].isNull(), F.lit(f"field {name!r} is not a valid {spec.type}"))
+            F.when(parsed[name].isNull() & mentioned & present, F.lit(f"field {name!r} is not a valid {spec.type}"))
         )
     for name, spec in stream.fields.items():
         if spec.required:
