@@ -50,7 +50,7 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     df = spark.createDataFrame([(line, "f.jsonl") for line, _ in CASES], "value string, _source_file string")
     parsed = parse_lines(df, stream, NOW)
     good = valid_rows(parsed, stream, batch_id=7).collect()
-    bad = rejected_rows(parsed, "w", 7, NOW).collect()
+    bad = rejected_rows(parsed, stream, 7, NOW).collect()
     assert len(good) + len(bad) == len(CASES)
     assert [g["event_id"] for g in good] == ["a"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"

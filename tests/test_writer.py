@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +55,16 @@ def assert_exactly_once(config_path: Path) -> dict[str, int]:
     return {p.partition: p.lake for p in report.partitions}
 
 
+def lineage_summaries(table: Any) -> list[dict[str, str]]:
+    """Summaries of the table's current lineage, oldest first (staged pre-commit snapshots are not in it)."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    node, out = by_id.get(table.metadata.current_snapshot_id), []
+    while node is not None:
+        out.append(dict(node.summary.additional_properties))
+        node = by_id.get(node.parent_snapshot_id) if node.parent_snapshot_id is not None else None
+    return out[::-1]
+
+
 def test_end_to_end_exactly_once(tmp_path: Path) -> None:
     config_path = landed(tmp_path)
     assert run_writer(config_path) == 0, writer_log(config_path)
@@ -66,7 +77,7 @@ def test_end_to_end_exactly_once(tmp_path: Path) -> None:
     stream = config.stream("clicks")
     catalog = load_catalog(config.catalog)
     events = catalog.load_table(stream.table)
-    summaries = [s.summary.additional_properties for s in events.metadata.snapshots]
+    summaries = lineage_summaries(events)
     assert [int(s[BATCH_ID]) for s in summaries] == list(range(len(summaries)))
     assert all(s[WRITER_ID] == "clicks-writer" for s in summaries)
     files = sorted(f for s in summaries for f in json.loads(s[SOURCE_FILES]))

@@ -11,8 +11,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +22,6 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.landing import data_dir, partition_key
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
@@ -42,12 +40,15 @@ EVENTS_PROPERTIES = {
     "write.spark.fanout.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
+    # pre-commit = a staged snapshot (write-audit-publish) when the writer sets spark.wap.id
+    "write.wap.enabled": "true",
 }
 REJECTS_COLUMNS = (
     "raw string, reason string, source_file string, event_hour timestamp, "
     "batch_id bigint, writer_id string, rejected_at timestamp"
 )
 CORRUPT = "_corrupt_record"
+WAP_ID = "wap.id"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
 
@@ -125,8 +126,7 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     :param lines: columns ``value`` (one line) and ``_source_file`` (landing file name); blank lines are
         not records and are dropped.
     :param now: processing time, the reference for rejecting event times from the future.
-    :return: the stream's fields, plus ``_raw``, ``_source_file``, ``_error`` (null when valid) and
-        ``_event_hour`` (hour of the event time when one could be read, also for rejected lines).
+    :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
     from pyspark.sql import functions as F
 
@@ -134,18 +134,15 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     parsed = F.from_json(raw, record_schema(stream), {
         "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
     })
-    with_struct = lines.where(F.length(F.trim(raw)) > 0).select(
-        raw.alias("_raw"), F.col("_source_file"), parsed.alias("_p"),
-    )
+    # a line opening an object is never blank: only the others pay for the trim
+    not_blank = (F.octet_length(raw) > 0) & (raw.startswith("{") | (F.trim(raw) != ""))
+    with_struct = lines.where(not_blank).select(raw.alias("_raw"), F.col("_source_file"), parsed.alias("_p"))
     p = F.col("_p")
-    loose_time = F.to_timestamp(F.get_json_object(F.col("_raw"), f"$.{stream.event_time_field}"))
-    event_time = F.coalesce(p[stream.event_time_field], loose_time)
     return with_struct.select(
         *[p[name].alias(name) for name in stream.fields],
         F.col("_raw"),
         F.col("_source_file"),
         _reason(stream, p, F.col("_raw"), now).alias("_error"),
-        F.date_trunc("hour", event_time).alias("_event_hour"),
     )
 
 
@@ -158,17 +155,20 @@ def valid_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int) -> DataFr
     )
 
 
-def rejected_rows(parsed: DataFrame, writer_id: str, batch_id: int, now: datetime) -> DataFrame:
-    """Rows for the rejects table: the raw line, the reason and where it came from."""
+def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime) -> DataFrame:
+    """Rows for the rejects table: the raw line, the reason, where it came from, and the hour of its event
+    time when one can be read (reconciliation attributes rejects through their source file)."""
     from pyspark.sql import functions as F
 
+    time_field = stream.event_time_field
+    loose = F.to_timestamp(F.get_json_object(F.col("_raw"), f"$.{time_field}"))
     return parsed.where(F.col("_error").isNotNull()).select(
         F.col("_raw").alias("raw"),
         F.col("_error").alias("reason"),
         F.col("_source_file").alias("source_file"),
-        F.col("_event_hour").alias("event_hour"),
+        F.date_trunc("hour", F.coalesce(F.col(time_field), loose)).alias("event_hour"),
         F.lit(batch_id).cast("bigint").alias("batch_id"),
-        F.lit(writer_id).alias("writer_id"),
+        F.lit(stream.writer_id).alias("writer_id"),
         F.lit(now).alias("rejected_at"),
     )
 
@@ -183,65 +183,36 @@ def summary_key(hour: datetime | None) -> str:
     return "unknown" if hour is None else partition_key(_utc(hour))
 
 
-@dataclass
-class BatchStats:
-    """What one pass over a parsed batch tells: files, counts per partition, event-time range."""
-
-    source_files: set[str] = field(default_factory=set)
-    valid: dict[str, int] = field(default_factory=dict)
-    rejected: dict[str, int] = field(default_factory=dict)
-    min_time: datetime | None = None
-    max_time: datetime | None = None
-
-    @property
-    def valid_total(self) -> int:
-        return sum(self.valid.values())
-
-    @property
-    def rejected_total(self) -> int:
-        return sum(self.rejected.values())
-
-
-def batch_stats(parsed: DataFrame, stream: StreamConfig) -> BatchStats:
-    from pyspark.sql import functions as F
-
-    et = F.col(stream.event_time_field)
-    rows = (
-        parsed.groupBy("_source_file", F.col("_error").isNull().alias("ok"), "_event_hour")
-        .agg(F.count(F.lit(1)).alias("n"), F.min(et).alias("lo"), F.max(et).alias("hi"))
-        .collect()
-    )
-    stats = BatchStats()
-    for row in rows:
-        stats.source_files.add(row["_source_file"])
-        key = summary_key(row["_event_hour"])
-        bucket = stats.valid if row["ok"] else stats.rejected
-        bucket[key] = bucket.get(key, 0) + row["n"]
-        if row["ok"]:
-            lo, hi = row["lo"], row["hi"]
-            stats.min_time = lo if stats.min_time is None else min(stats.min_time, lo)
-            stats.max_time = hi if stats.max_time is None else max(stats.max_time, hi)
-    return stats
-
-
 def _iso(value: datetime | None) -> str | None:
+    return None if value is None else _utc(value).isoformat()
+
+
+def _from_micros(value: Any) -> datetime | None:
     if value is None:
         return None
-    return _utc(value).isoformat()
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(value))
 
 
-def _pause_after_rows(folder: str, batch_id: int) -> Callable[[Iterable[pa.RecordBatch]], Iterable[Any]]:
-    """mapInArrow pass-through that pauses once every row went to the file writer (test hook)."""
-
-    def passthrough(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from batches
-        faults.pause_forever(folder, "before_commit", batch_id)
-
-    return passthrough
+def _later(*values: str | None) -> str | None:
+    """The latest of ISO UTC timestamps written by ``_iso`` (same format, so text order is time order)."""
+    present = [v for v in values if v]
+    return max(present) if present else None
 
 
 class BatchWriter:
-    """``foreachBatch`` sink: commit each micro-batch to the rejects table then the events table, once."""
+    """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
+
+    1. pre-commit: the valid rows are written in ONE pass over the batch as a *staged* Iceberg snapshot
+       (write-audit-publish: data files and manifests exist, the table does not show them); the batch's
+       counts and event-time range are observed during that same pass;
+    2. the rejects, if any, are committed to the rejects table (a second pass, only for batches with
+       rejects);
+    3. commit: one atomic catalog swap publishes the staged files to the events table with the full
+       summary (writer id, batch id, source files, rows per partition, event-time range, watermark).
+
+    A replayed batch already committed is skipped (``commits.should_write``); a staged snapshot whose
+    batch never got published is invisible, and its files are orphans for the cleaner.
+    """
 
     def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
         self.config = config
@@ -259,8 +230,47 @@ class BatchWriter:
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.append()
 
+    def _stage(self, df: DataFrame, wap_id: str) -> int:
+        """Write ``df`` as a staged snapshot of the events table; return its id."""
+        spark = df.sparkSession
+        spark.conf.set("spark.wap.id", wap_id)
+        try:
+            df.writeTo(f"{self.prefix}.{self.stream.table}").append()
+        finally:
+            spark.conf.unset("spark.wap.id")
+        table = self.catalog.load_table(self.stream.table)
+        for snap in reversed(table.metadata.snapshots):
+            if snap.summary is not None and snap.summary.additional_properties.get(WAP_ID) == wap_id:
+                return snap.snapshot_id
+        raise RuntimeError(f"staged snapshot {wap_id} not found in {self.stream.table}")
+
+    def _publish(self, spark: SparkSession, staged_id: int, extra: dict[str, Any], files: list[str],
+                 batch_id: int) -> tuple[dict[str, int], int]:
+        """Append the staged data files to the events table in one commit carrying the full summary."""
+        jvm: Any = spark._jvm
+        jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            spark._jsparkSession, f"{self.prefix}.{self.stream.table}"
+        )
+        staged = jtable.snapshot(staged_id)
+        integer = jvm.java.lang.Class.forName("java.lang.Integer")
+        append = jtable.newFastAppend()
+        rows: dict[str, int] = {}
+        it = staged.addedDataFiles(jtable.io()).iterator()
+        while it.hasNext():
+            data_file = it.next()
+            append.appendFile(data_file)
+            hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
+            key = "unknown" if hour is None else partition_key(datetime.fromtimestamp(hour * 3600, UTC))
+            rows[key] = rows.get(key, 0) + int(data_file.recordCount())
+        props = commits.summary_properties(self.stream.writer_id, batch_id, files, rows, extra)
+        for key, value in props.items():
+            append.set(key, value)
+        append.commit()
+        return rows, int(jtable.currentSnapshot().snapshotId())
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark import StorageLevel
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
 
         faults.maybe_pause("batch_start", batch_id)
         started = time.monotonic()
@@ -270,37 +280,50 @@ class BatchWriter:
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
         now = datetime.now(UTC).replace(microsecond=0)
-        parsed = parse_lines(batch, stream, now).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            stats = batch_stats(parsed, stream)
-            previous = events_marker.watermark if events_marker else None
-            batch_max = _iso(stats.max_time)
-            watermark = max(w for w in (previous, batch_max, "") if w is not None) or None
-            extra = {
-                commits.VALID_ROWS: stats.valid_total,
-                commits.REJECTED_ROWS: stats.rejected_total,
-                commits.MIN_EVENT_TIME: _iso(stats.min_time),
-                commits.MAX_EVENT_TIME: batch_max,
-                commits.WATERMARK: watermark,
-            }
-            files = sorted(stats.source_files)
-            if stats.rejected_total and commits.should_write(batch_id, self.marker(stream.rejects_table)):
-                rejects = rejected_rows(parsed, stream.writer_id, batch_id, now)
-                props = commits.summary_properties(stream.writer_id, batch_id, files, stats.rejected, extra)
+        parsed = parse_lines(batch, stream, now)
+        ok = F.col("_error").isNull()
+        et = F.col(stream.event_time_field)
+        observation = Observation(f"laketide-{stream.name}-{batch_id}")
+        observed = parsed.observe(
+            observation,
+            F.sum(F.when(ok, 1).otherwise(0)).alias("valid"),
+            F.sum(F.when(ok, 0).otherwise(1)).alias("rejected"),
+            # as epoch microseconds: observed metrics come back through py4j untyped
+            F.unix_micros(F.min(F.when(ok, et))).alias("lo"),
+            F.unix_micros(F.max(F.when(ok, et))).alias("hi"),
+            F.to_json(F.collect_set("_source_file")).alias("files"),
+        )
+        wap_id = f"{stream.writer_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
+        staged_id = self._stage(valid_rows(observed, stream, batch_id), wap_id)
+        stats = observation.get
+        valid, rejected = int(stats.get("valid") or 0), int(stats.get("rejected") or 0)
+        files = sorted(json.loads(stats.get("files") or "[]"))
+        faults.maybe_pause("before_commit", batch_id)
+
+        batch_max = _iso(_from_micros(stats.get("hi")))
+        watermark = _later(events_marker.watermark if events_marker else None, batch_max)
+        extra: dict[str, Any] = {
+            commits.VALID_ROWS: valid,
+            commits.REJECTED_ROWS: rejected,
+            commits.MIN_EVENT_TIME: _iso(_from_micros(stats.get("lo"))),
+            commits.MAX_EVENT_TIME: batch_max,
+            commits.WATERMARK: watermark,
+        }
+        if rejected and commits.should_write(batch_id, self.marker(stream.rejects_table)):
+            rejects = rejected_rows(parse_lines(batch, stream, now), stream, batch_id, now).cache()
+            try:
+                by_hour = {summary_key(r["event_hour"]): r["n"]
+                           for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
+                props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
                 self._append(rejects, stream.rejects_table, props)
-            faults.maybe_pause("between_tables", batch_id)
-            events = valid_rows(parsed, stream, batch_id)
-            folder = faults.armed("before_commit", batch_id)
-            if folder is not None:
-                events = events.mapInArrow(_pause_after_rows(folder, batch_id), events.schema)
-            props = commits.summary_properties(stream.writer_id, batch_id, files, stats.valid, extra)
-            self._append(events, stream.table, props)
-            faults.maybe_pause("after_commit", batch_id)
-        finally:
-            parsed.unpersist()
+            finally:
+                rejects.unpersist()
+        faults.maybe_pause("between_tables", batch_id)
+        _, snapshot_id = self._publish(batch.sparkSession, staged_id, extra, files, batch_id)
+        faults.maybe_pause("after_commit", batch_id)
         log.info(
-            "batch %d committed: %d valid, %d rejected, %d files, watermark %s (%.1fs)",
-            batch_id, stats.valid_total, stats.rejected_total, len(files), watermark, time.monotonic() - started,
+            "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s (%.1fs)",
+            batch_id, snapshot_id, valid, rejected, len(files), watermark, time.monotonic() - started,
         )
 
 
