@@ -90,7 +90,7 @@ WARMUP_EVENTS_PER_FILE = 5_000
 HOURS = 6
 PROGRESS_KEYS = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets",
                  "triggerExecution")
-BATCH_LOG = re.compile(r"batch (\d+) committed: (\d+) valid, (\d+) rejected, .*\(([\d.]+)s\)$")
+BATCH_LOG = re.compile(r"batch (\d+) committed(?: as snapshot \d+)?: (\d+) valid, (\d+) rejected, .*[(; ]([\d.]+)s\)$")
 
 PAGES = ("/", "/home", "/search", "/cart", "/checkout", "/product/{n}", "/category/{n}", "/help")
 ACTIONS = ("view", "click", "scroll", "add_to_cart", "purchase", "share")

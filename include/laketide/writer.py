@@ -79,13 +79,15 @@ def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) ->
     # condition on the parsed struct, and And short-circuits left to right.
     corrupt = parsed.isNull() | parsed[CORRUPT].isNotNull()
     opens_object = raw.startswith("{") | F.ltrim(raw).startswith("{")
+    # The text source keeps raw bytes. The JSON reader decodes an invalid sequence to U+FFFD, inside a
+    # string value (found in the parsed strings) or elsewhere (the line does not parse). Only then is the
+    # exact test run: re-encoding through a Java string changes a line with invalid bytes.
+    replaced = [F.instr(parsed[n], "\ufffd") > 0 for n, spec in stream.fields.items() if spec.type == "string"]
+    suspicious = corrupt
+    for probe in replaced:
+        suspicious = suspicious | probe
     checks: list[Column] = [
-        # the text source keeps raw bytes; re-encoding through a Java string replaces invalid sequences.
-        # Only lines with non-ASCII bytes pay for it.
-        F.when(
-            (F.length(raw) != F.octet_length(raw)) & (raw.cast("binary") != F.encode(raw, "UTF-8")),
-            F.lit("invalid UTF-8 encoding"),
-        ),
+        F.when(suspicious & (raw.cast("binary") != F.encode(raw, "UTF-8")), F.lit("invalid UTF-8 encoding")),
         F.when(corrupt & F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
         # lenient readers accept e.g. single quotes; a strict re-parse of the bad lines tells
         F.when(
@@ -294,7 +296,9 @@ class BatchWriter:
             F.to_json(F.collect_set("_source_file")).alias("files"),
         )
         wap_id = f"{stream.writer_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
+        planned = time.monotonic()
         staged_id = self._stage(valid_rows(observed, stream, batch_id), wap_id)
+        staged = time.monotonic()
         stats = observation.get
         valid, rejected = int(stats.get("valid") or 0), int(stats.get("rejected") or 0)
         files = sorted(json.loads(stats.get("files") or "[]"))
@@ -319,11 +323,15 @@ class BatchWriter:
             finally:
                 rejects.unpersist()
         faults.maybe_pause("between_tables", batch_id)
+        published = time.monotonic()
         _, snapshot_id = self._publish(batch.sparkSession, staged_id, extra, files, batch_id)
         faults.maybe_pause("after_commit", batch_id)
+        done = time.monotonic()
         log.info(
-            "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s (%.1fs)",
-            batch_id, snapshot_id, valid, rejected, len(files), watermark, time.monotonic() - started,
+            "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "
+            "(plan %.2fs, pre-commit %.2fs, rejects %.2fs, commit %.2fs; %.2fs)",
+            batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started, staged - planned,
+            published - staged, done - published, done - started,
         )
 
 
