@@ -20,10 +20,22 @@ LOGS=$LAKETIDE_HOME/logs
 mkdir -p "$AIRFLOW_HOME" "$LOGS"
 
 pids=()
+descendants() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
+}
 cleanup() {
   trap - INT TERM EXIT
   echo; echo "==> stopping laketide"
-  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
+  # Airflow starts task processes in sessions of their own: collect the whole tree first
+  local all=()
+  for pid in "${pids[@]}"; do all+=("$pid" $(descendants "$pid")); done
+  kill -TERM "${all[@]}" 2>/dev/null || true
+  for _ in $(seq 1 30); do
+    alive=0; for pid in "${all[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break; sleep 1
+  done
+  kill -KILL "${all[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap cleanup INT TERM EXIT

@@ -527,34 +527,28 @@ def _iso_start(text: str) -> datetime:
     return dt
 
 
-def _ratio(text: str) -> float:
+def _number(text: str, kind: type[float] | type[int], ok: Callable[[float], bool], rule: str) -> Any:
+    """Parse an option value as ``kind`` and check it, with an argparse error naming the rule."""
     try:
-        value = float(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1: {text!r}")
+        noun = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"not {noun}: {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {rule}: {text!r}")
     return value
+
+
+def _ratio(text: str) -> float:
+    return float(_number(text, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1"))
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
+    return float(_number(text, float, lambda v: v > 0, "> 0"))
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return value
+    return int(_number(text, int, lambda v: v >= 0, ">= 0"))
 
 
 def _seconds(text: str) -> float:
