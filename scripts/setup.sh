@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set up laketide on this machine, idempotently: system packages (Java, jarjar, JDBC drivers),
-# the .venv virtualenv with the pinned requirements, and the Spark jars. A second run does nothing new.
+# Set up laketide on this machine, idempotently: system packages (Java, jarjar, JDBC drivers, and curl
+# and pgrep for the quickstart), the .venv virtualenv with the pinned requirements, and the Spark jars.
+# A second run does nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java curl)
+APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java curl procps)
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -244,16 +244,23 @@ def read_audits(landing_path: str | Path) -> dict[str, dict[str, Any]]:
     return audits
 
 
+def partition_totals(audits: dict[str, dict[str, Any]], files: Iterable[str]) -> dict[str, int]:
+    """Records per partition key, summed over the audit records of ``files`` (data file names).
+
+    A file without an audit record counts nothing.
+    """
+    counts: dict[str, int] = {}
+    for file_name in files:
+        for partition, count in (audits.get(file_name) or {}).get("partitions", {}).items():
+            counts[partition] = counts.get(partition, 0) + count
+    return dict(sorted(counts.items()))
+
+
 def expected_counts(landing_path: str | Path) -> dict[str, int]:
     """Records per partition key, summed over the audits whose data file is published in ``data/``.
 
     Audits without a data file (a producer that died between the two renames) are not counted.
     """
     data = data_dir(landing_path)
-    counts: dict[str, int] = {}
-    for file_name, record in read_audits(landing_path).items():
-        if not (data / file_name).is_file():
-            continue
-        for partition, count in record["partitions"].items():
-            counts[partition] = counts.get(partition, 0) + count
-    return dict(sorted(counts.items()))
+    audits = read_audits(landing_path)
+    return partition_totals(audits, (name for name in audits if (data / name).is_file()))

@@ -17,7 +17,7 @@ from typing import Any
 
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig, get_config
-from laketide.landing import data_dir, partition_key, read_audits
+from laketide.landing import data_dir, partition_key, partition_totals, read_audits
 
 UNATTRIBUTED = "unattributed"
 
@@ -45,9 +45,6 @@ class Report:
     @property
     def ok(self) -> bool:
         return all(p.ok for p in self.partitions) and not self.duplicate_ids and not self.unattributed_rejects
-
-    def by_partition(self) -> dict[str, PartitionCounts]:
-        return {p.partition: p for p in self.partitions}
 
 
 def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[str], dict[str, int], set[str]]:
@@ -91,10 +88,7 @@ def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
     rejects, reject_files = reject_counts(config, stream, audits)
     ingested = lake_files | reject_files
     published = {p.name for p in data_dir(stream.landing_path).glob("*.jsonl")}
-    expected: Counter[str] = Counter()
-    for name in ingested:
-        for part, n in (audits.get(name) or {}).get("partitions", {}).items():
-            expected[part] += n
+    expected = partition_totals(audits, ingested)
     report = Report(
         duplicate_ids=duplicates,
         unattributed_rejects=rejects.pop(UNATTRIBUTED, 0),

@@ -247,8 +247,9 @@ class BatchWriter:
         raise RuntimeError(f"staged snapshot {wap_id} not found in {self.stream.table}")
 
     def _publish(self, spark: SparkSession, staged_id: int, extra: dict[str, Any], files: list[str],
-                 batch_id: int) -> tuple[dict[str, int], int]:
-        """Append the staged data files to the events table in one commit carrying the full summary."""
+                 batch_id: int) -> int:
+        """Append the staged data files to the events table in one commit carrying the full summary;
+        return the new snapshot id."""
         jvm: Any = spark._jvm
         jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
             spark._jsparkSession, f"{self.prefix}.{self.stream.table}"
@@ -268,7 +269,7 @@ class BatchWriter:
         for key, value in props.items():
             append.set(key, value)
         append.commit()
-        return rows, int(jtable.currentSnapshot().snapshotId())
+        return int(jtable.currentSnapshot().snapshotId())
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
@@ -324,7 +325,7 @@ class BatchWriter:
                 rejects.unpersist()
         faults.maybe_pause("between_tables", batch_id)
         published = time.monotonic()
-        _, snapshot_id = self._publish(batch.sparkSession, staged_id, extra, files, batch_id)
+        snapshot_id = self._publish(batch.sparkSession, staged_id, extra, files, batch_id)
         faults.maybe_pause("after_commit", batch_id)
         done = time.monotonic()
         log.info(
