@@ -50,6 +50,14 @@ def parse_duration(value: Any) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
+def check_table_name(value: str) -> str:
+    """``namespace.table`` with plain identifiers (they reach SQL: nothing else is accepted)."""
+    parts = value.split(".")
+    if len(parts) != 2 or not all(_IDENT.match(p) for p in parts):
+        raise ValueError(f"{value!r} must be 'namespace.table' with plain identifiers")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -97,10 +105,7 @@ class StreamConfig(_Strict):
     @field_validator("table", "rejects_table")
     @classmethod
     def _table(cls, value: str) -> str:
-        parts = value.split(".")
-        if len(parts) != 2 or not all(_IDENT.match(p) for p in parts):
-            raise ValueError(f"{value!r} must be 'namespace.table' with plain identifiers")
-        return value
+        return check_table_name(value)
 
     @field_validator("fields")
     @classmethod
@@ -163,10 +168,43 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = {}
 
 
+class CloseConfig(_Strict):
+    """How partitions are closed: the status table, verification results, alerts and sensor timing."""
+
+    #: Iceberg table (namespace.table) holding every partition's state, counts and verification result
+    status_table: str = "laketide.partition_status"
+    #: where Great Expectations validation results are kept, one JSON file per check
+    results_dir: Path
+    #: ``module:function`` called with the Airflow context when a close fails (gap, failed verification)
+    alert_callback: str | None = None
+    #: how often the partition-completion trigger re-reads the table metadata
+    poke_interval: timedelta = timedelta(seconds=60)
+    #: how long the sensor waits for a partition before it fails (lagging or open for too long)
+    sensor_timeout: timedelta = timedelta(hours=6)
+
+    @field_validator("poke_interval", "sensor_timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("status_table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return check_table_name(value)
+
+    @field_validator("alert_callback")
+    @classmethod
+    def _callback(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+            raise ValueError(f"{value!r} must be 'package.module:function'")
+        return value
+
+
 class LaketideConfig(_Strict):
     home: Path
     catalog: CatalogConfig
     spark: SparkConfig
+    close: CloseConfig
     streams: list[StreamConfig]
 
     @model_validator(mode="after")
@@ -250,6 +288,10 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
     raw["home"] = str(home)
     raw = _expand(raw, str(home))
     raw.setdefault("spark", {}).setdefault("jars_dir", str(home / "jars"))
+    if raw.get("close") is None:
+        raw["close"] = {}
+    if isinstance(raw["close"], dict):
+        raw["close"].setdefault("results_dir", str(home / "gx"))
     try:
         return LaketideConfig.model_validate(raw)
     except ValidationError as exc:
