@@ -1,0 +1,27 @@
+"""Failure alerts: the close DAG's ``on_failure_callback``.
+
+It logs the failure (stream, partition, reason) at ERROR level, then calls the notifier configured as
+``close.alert_callback`` (``package.module:function``, called with the Airflow context), so a gap or a
+failed verification reaches Slack, PagerDuty or e-mail without changing the DAG.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+log = logging.getLogger("laketide.alerts")
+
+
+def alert(context: Any) -> None:
+    from laketide.config import get_config
+
+    ti = context.get("task_instance") or context.get("ti")
+    error = context.get("exception")
+    log.error("laketide ALERT: %s.%s (run %s) failed: %s", getattr(ti, "dag_id", "?"), getattr(ti, "task_id", "?"),
+              context.get("run_id"), error)
+    target = get_config().close.alert_callback
+    if target:
+        module, _, name = target.partition(":")
+        getattr(importlib.import_module(module), name)(context)

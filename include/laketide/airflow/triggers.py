@@ -1,0 +1,70 @@
+"""The partition-completion trigger: waits in the triggerer, reading Iceberg metadata only (no JVM)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from laketide.partitions import Cursor, PartitionStatus
+
+
+def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] | None,
+          now: datetime | None = None) -> tuple[PartitionStatus, Cursor]:
+    """One blocking status check (run in a thread by the trigger, directly by the sensor)."""
+    from laketide.closing import parse_hour
+    from laketide.config import get_config
+    from laketide.partitions import check_partition
+
+    config = get_config(config_path)
+    return check_partition(config, config.stream(stream), parse_hour(partition), now,
+                           Cursor.from_dict(cursor) if cursor else None)
+
+
+class PartitionCompletionTrigger(BaseTrigger):
+    """Fires when a partition is decided: complete, empty or gap; or when ``deadline`` passes (timeout).
+
+    Each poll reads only the snapshots committed since the previous poll (the cursor), in a worker
+    thread so the triggerer's event loop never blocks. Open and lagging partitions keep it waiting.
+
+    :param config_path: the laketide configuration file (resolved by the sensor on the worker)
+    :param stream: stream name
+    :param partition: the hour, ISO with offset (``2026-11-22T03:00:00+00:00``)
+    :param cursor: where the sensor's first check stopped (``Cursor.to_dict()``)
+    :param poke_interval: seconds between polls
+    :param deadline: ISO time after which the trigger gives up with a ``timeout`` event
+    """
+
+    def __init__(self, config_path: str, stream: str, partition: str, cursor: dict[str, Any] | None = None,
+                 poke_interval: float = 60.0, deadline: str | None = None) -> None:
+        super().__init__()
+        self.config_path = config_path
+        self.stream = stream
+        self.partition = partition
+        self.cursor = cursor
+        self.poke_interval = poke_interval
+        self.deadline = deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "config_path": self.config_path, "stream": self.stream, "partition": self.partition,
+            "cursor": self.cursor, "poke_interval": self.poke_interval, "deadline": self.deadline,
+        })
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        cursor = self.cursor
+        deadline = datetime.fromisoformat(self.deadline) if self.deadline else None
+        while True:
+            status, seen = await asyncio.to_thread(check, self.config_path, self.stream, self.partition, cursor)
+            cursor = seen.to_dict()
+            if status.decided:
+                yield TriggerEvent(status.to_dict())
+                return
+            self.log.info("partition %s of %s is %s: %s", self.partition, self.stream, status.state, status.reason)
+            if deadline is not None and datetime.now(UTC) >= deadline:
+                yield TriggerEvent({**status.to_dict(), "timeout": True})
+                return
+            await asyncio.sleep(self.poke_interval)
