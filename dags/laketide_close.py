@@ -65,7 +65,6 @@ for _stream in _config.streams:
             partition="{{ data_interval_start }}",
             poke_interval=_config.close.poke_interval.total_seconds(),
             timeout=_config.close.sensor_timeout.total_seconds(),
-            retries=0,
         )
 
         @task
@@ -95,7 +94,7 @@ for _stream in _config.streams:
             config = get_config()
             return find(config, config.stream(stream), context["run_id"])
 
-        @task(outlets=[_asset], retries=0)
+        @task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> None:
             from laketide.closing import VerificationFailed, close, parse_hour, verify
 

@@ -59,3 +59,11 @@ def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[obje
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
+    """Four hours (one quiet) landed by the real producer and ingested by the real writer (see tests/lake.py)."""
+    from tests.lake import build_lake
+
+    return build_lake(tmp_path_factory.mktemp("lake"))

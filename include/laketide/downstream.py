@@ -14,15 +14,13 @@ from laketide.partitions import HOUR
 
 def hourly_summary(config: LaketideConfig, stream_name: str, partition: str) -> dict[str, Any]:
     """Rows of one closed hour and its top countries (if the stream has a ``country`` field)."""
-    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
-
     stream = config.stream(stream_name)
     start = parse_hour(partition)
     time_field = stream.event_time_field
     fields = [stream.event_id_field, *(["country"] if "country" in stream.fields else [])]
     table = load_catalog(config.catalog).load_table(stream.table)
     rows = table.scan(
-        row_filter=And(GreaterThanOrEqual(time_field, start.isoformat()), LessThan(time_field, (start + HOUR).isoformat())),
+        row_filter=f"{time_field} >= '{start.isoformat()}' and {time_field} < '{(start + HOUR).isoformat()}'",
         selected_fields=tuple(fields),
     ).to_arrow()
     countries = Counter(rows["country"].to_pylist()) if "country" in fields else Counter()

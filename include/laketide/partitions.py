@@ -149,7 +149,7 @@ def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
         raise ValueError(f"cursor is for partition {cursor.partition}, not {key}")
     if cursor is not None and cursor.snapshot_id is not None:
         seen = cursor.snapshot_id
-        current, snaps = lineage(catalog, stream.table, lambda s: s.snapshot_id == seen)
+        _, snaps = lineage(catalog, stream.table, lambda s: s.snapshot_id == seen)
         if snaps and snaps[-1].snapshot_id == seen:
             return advance(cursor, list(reversed(snaps[:-1])), stream.writer_id)
         # the cursor's snapshot left the lineage: start over
@@ -158,7 +158,7 @@ def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
     def old_enough(snap: Snap) -> bool:
         return snap.summary.get(WRITER_ID) == stream.writer_id and snap.timestamp_ms < limit
 
-    current, snaps = lineage(catalog, stream.table, old_enough)
+    _, snaps = lineage(catalog, stream.table, old_enough)
     return advance(Cursor(key), list(reversed(snaps)), stream.writer_id)
 
 
@@ -171,8 +171,8 @@ def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datet
     idle = stream.idle_window
     if seen.watermark is None:
         if now >= due + idle:
-            return State.GAP, (f"writer {stream.writer_id!r} has committed nothing to {stream.table}; the partition "
-                               f"was due at {due.isoformat()}: is the ingest DAG laketide_ingest_{stream.name} running?")
+            return State.GAP, (f"writer {stream.writer_id!r} has committed nothing to {stream.table}; the "
+                               f"partition was due at {due.isoformat()}: is laketide_ingest_{stream.name} running?")
         return State.OPEN, "no commit from the writer yet"
     watermark = datetime.fromisoformat(seen.watermark)
     behind = now - watermark

@@ -43,9 +43,14 @@ TABLE_PROPERTIES = {
     "commit.manifest-merge.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
+    # pyiceberg (>= 0.10) retries a conflicting commit itself: refresh, re-apply the append, commit again
+    "commit.retry.num-retries": "10",
+    "commit.retry.min-wait-ms": "50",
+    "commit.retry.max-wait-ms": "2000",
 }
-#: commit attempts when concurrent writers conflict (CommitFailedException), then the error is raised
-COMMIT_ATTEMPTS = 8
+#: attempts of :func:`record` (each reloads the table) when a commit still fails: pyiceberg's own retries
+#: are exhausted, or SQLite reports "database is locked" (not a CommitFailedException, so not retried inside)
+COMMIT_ATTEMPTS = 5
 _COUNTS = ("rows", "rejects", "audit")
 
 
@@ -105,7 +110,8 @@ class StatusRecord:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise StatusRecordError(f"{name} must be a non-negative integer or None, got {value!r}")
-        if self.snapshot_id is not None and (not isinstance(self.snapshot_id, int) or isinstance(self.snapshot_id, bool)):
+        snapshot_id = self.snapshot_id
+        if snapshot_id is not None and (not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool)):
             raise StatusRecordError(f"snapshot_id must be an integer or None, got {self.snapshot_id!r}")
         if self.verification is not None:
             try:
@@ -179,8 +185,10 @@ def _retryable(exc: Exception) -> bool:
 def record(config: LaketideConfig, *records: StatusRecord) -> None:
     """Append ``records`` to the status table in one commit.
 
-    Concurrent writers (two DAG tasks) may conflict: the table is reloaded and the append retried
-    (up to :data:`COMMIT_ATTEMPTS` times, with a jittered backoff).
+    Concurrent writers (two DAG tasks) may conflict: pyiceberg retries the commit on the refreshed table
+    (``commit.retry.*`` table properties); if it still fails with ``CommitFailedException`` (or SQLite is
+    locked), the table is reloaded and the append retried, up to :data:`COMMIT_ATTEMPTS` times with a
+    jittered backoff.
 
     :raises StatusRecordError: a record names a stream that is not configured
     """
@@ -206,7 +214,8 @@ def record(config: LaketideConfig, *records: StatusRecord) -> None:
 
 
 def _from_row(row: dict[str, Any]) -> StatusRecord:
-    return StatusRecord(**row)
+    names = {f.name for f in fields(StatusRecord)}
+    return StatusRecord(**{k: v for k, v in row.items() if k in names})
 
 
 def history(config: LaketideConfig, stream: str, partition: datetime | None = None) -> list[StatusRecord]:
@@ -215,13 +224,15 @@ def history(config: LaketideConfig, stream: str, partition: datetime | None = No
     A status table that does not exist yet holds nothing: ``[]``.
     """
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-    from pyiceberg.expressions import And, BooleanExpression, EqualTo
+    from pyiceberg.expressions import And, BooleanExpression, EqualTo, Reference
+    from pyiceberg.expressions.literals import literal
 
-    row_filter: BooleanExpression = EqualTo("stream", stream)
+    # keyword arguments: what mypy sees of pyiceberg's pydantic predicates
+    row_filter: BooleanExpression = EqualTo(term=Reference("stream"), value=literal(stream))
     if partition is not None:
         hour = _aware_utc("partition", partition)
-        # pyiceberg parses timestamptz literals from ISO strings with an explicit offset
-        row_filter = And(row_filter, EqualTo("partition", hour.isoformat()))
+        # a string literal becomes timestamptz when bound; pyiceberg needs the explicit offset (+00:00)
+        row_filter = And(row_filter, EqualTo(term=Reference("partition"), value=literal(hour.isoformat())))
     try:
         table = load_catalog(config.catalog).load_table(config.close.status_table)
     except (NoSuchTableError, NoSuchNamespaceError):

@@ -1,0 +1,129 @@
+"""The partition-completion trigger and sensor, over the real lake (real clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from laketide.airflow.triggers import PartitionCompletionTrigger
+from laketide.landing import partition_key
+from laketide.partitions import State
+from tests.lake import Lake
+
+
+def trigger(lake: Lake, hour: int, **kwargs: Any) -> PartitionCompletionTrigger:
+    return PartitionCompletionTrigger(str(lake.config_path), "clicks", lake.key(hour), **kwargs)
+
+
+def first_event(t: PartitionCompletionTrigger) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        event = await asyncio.wait_for(t.run().asend(None), timeout=60)
+        return dict(event.payload)
+
+    return asyncio.run(go())
+
+
+def test_serialize_round_trip(lake: Lake) -> None:
+    from airflow.sdk.module_loading import import_string
+
+    t = trigger(lake, 0, cursor={"partition": lake.key(0), "rows": 3}, poke_interval=5.0,
+                deadline="2026-11-22T09:00:00+00:00")
+    classpath, kwargs = t.serialize()
+    assert classpath == "laketide.airflow.triggers.PartitionCompletionTrigger"
+    assert kwargs == {"config_path": str(lake.config_path), "stream": "clicks", "partition": lake.key(0),
+                      "cursor": {"partition": lake.key(0), "rows": 3}, "poke_interval": 5.0,
+                      "deadline": "2026-11-22T09:00:00+00:00"}
+    rebuilt = import_string(classpath)(**kwargs)
+    assert rebuilt.serialize() == (classpath, kwargs)
+
+
+def test_run_yields_complete(lake: Lake) -> None:
+    event = first_event(trigger(lake, 0))
+    assert event["state"] == "complete" and event["partition"] == lake.key(0)
+    assert event["rows"] > 0 and event["snapshot_id"] is not None
+
+
+def test_run_yields_empty_for_the_quiet_hour(lake: Lake) -> None:
+    event = first_event(trigger(lake, 1))
+    assert (event["state"], event["rows"]) == ("empty", 0)
+
+
+def test_run_keeps_waiting_on_an_open_hour_then_times_out(lake: Lake) -> None:
+    future = partition_key(datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
+    deadline = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+    t = PartitionCompletionTrigger(str(lake.config_path), "clicks", future, poke_interval=0.5, deadline=deadline)
+    event = first_event(t)
+    assert event["state"] == "open" and event["timeout"] is True
+    assert datetime.now(UTC) >= datetime.fromisoformat(deadline)
+
+
+def test_run_does_not_block_the_event_loop(lake: Lake) -> None:
+    """While the trigger checks (in a thread), other coroutines keep running."""
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(0.01)
+
+    async def go() -> dict[str, Any]:
+        task = asyncio.create_task(ticker())
+        event = await trigger(lake, 0).run().asend(None)
+        task.cancel()
+        return dict(event.payload)
+
+    assert asyncio.run(go())["state"] == "complete"
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(ticks) >= 2 and max(gaps) < 0.5
+
+
+# -- the sensor -------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def sensor_env(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> Lake:
+    monkeypatch.setenv("LAKETIDE_CONFIG", str(lake.config_path))
+    return lake
+
+
+def test_sensor_poke_mode(sensor_env: Lake) -> None:
+    from laketide.airflow.sensors import PartitionCompletionSensor
+
+    s = PartitionCompletionSensor(task_id="s", stream="clicks", partition=sensor_env.key(0), deferrable=False)
+    result = s.poke({})
+    assert result.is_done and result.xcom_value["state"] == "complete"
+
+
+def test_sensor_defers_with_a_cursor_when_undecided(sensor_env: Lake) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from laketide.airflow.sensors import PartitionCompletionSensor
+
+    future = partition_key(datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
+    s = PartitionCompletionSensor(task_id="s", stream="clicks", partition=future, timeout=600)
+    with pytest.raises(TaskDeferred) as deferred:
+        s.execute({})
+    t = deferred.value.trigger
+    assert isinstance(t, PartitionCompletionTrigger)
+    assert t.cursor is not None and t.cursor["snapshot_id"] is not None and t.partition == future
+    assert deferred.value.method_name == "execute_complete"
+
+
+def test_sensor_gap_fails_records_and_names_the_reason(sensor_env: Lake) -> None:
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+
+    from laketide.airflow.sensors import PartitionCompletionSensor
+    from laketide.status import history
+
+    s = PartitionCompletionSensor(task_id="s", stream="clicks", partition=sensor_env.key(3))
+    event = {"stream": "clicks", "partition": sensor_env.key(3), "state": "gap", "rows": 7, "snapshot_id": 1,
+             "reason": "stream clicks stalled: no commit since ...", "watermark": None, "checked_at": "x"}
+    with pytest.raises(AirflowFailException, match=r"GAP in partition .* stalled"):
+        s.execute_complete({"run_id": "manual__gap"}, event)
+    (gap,) = [r for r in history(sensor_env.config, "clicks", sensor_env.hours[3]) if r.run_id == "manual__gap"]
+    assert gap.state == State.GAP and "stalled" in (gap.reason or "")
+    with pytest.raises(AirflowSensorTimeout, match="still lagging"):
+        s.execute_complete({"run_id": "r"}, {**event, "state": "lagging", "timeout": True, "reason": "behind"})
