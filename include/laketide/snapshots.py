@@ -10,11 +10,11 @@ entry with every commit: a status check polling from the triggerer would get slo
   too (one entry per snapshot), so a window read back from the end of the file would not be bounded;
 * a window ending there, doubled until it holds every snapshot the walk from the current one needs.
 
-So the bytes read depend on the snapshots needed, not on the history (plus O(log size) probes). Fallback: the
-whole file is read and parsed, and the same walk runs over every snapshot, whenever the fast path cannot be sure:
-a small file, gzip, ``current-snapshot-id`` not in the head, a window that reached the start of the file (a needed
-snapshot was not found: e.g. a parent removed by expiry). Snapshots taken from a window are decoded exactly as
-a full parse decodes them, so both paths give the same answer; only the cost differs.
+So the bytes read depend on the snapshots needed, not on the history (only the probes grow, as log(size)).
+Fallback: the whole file is read and parsed, and the same walk runs over every snapshot, whenever the fast path
+cannot be sure: a small file, gzip, ``current-snapshot-id`` not in the head, a window that reached the start of the
+file (a needed snapshot was not found: e.g. a parent removed by expiry). Snapshots taken from a window are decoded
+exactly as a full parse decodes them, so both paths give the same answer; only the cost differs.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ HEAD_BYTES = 64 * 1024
 PROBE_BYTES = 8 * 1024
 _CURRENT = re.compile(rb'"current-snapshot-id"\s*:\s*(-?\d+|null)\s*[,}]')
 _LOG_KEY = re.compile(rb'"snapshot-log"\s*:\s*\[')
-# A key only snapshots have (they come before the log), and complete log entries (they come after its key):
-# the values are numbers, so neither can be a summary or property entry (their values are strings).
+# Probes tell "before the snapshot log" (a snapshot's manifest-list; a summary or property key of that name would
+# be before it too) from "after its key": complete snapshot-log or metadata-log entries, whose number values no
+# summary or property entry has (their values are strings).
 _BEFORE_LOG = re.compile(rb'"manifest-list"\s*:')
 _LOG_ENTRY = re.compile(
     rb'\{\s*"timestamp-ms"\s*:\s*\d+\s*,\s*"snapshot-id"\s*:\s*\d+\s*\}'
@@ -157,10 +158,10 @@ def _index(window: bytes) -> Callable[[int], dict[str, Any] | None]:
         for pos in starts.get(sid, []):
             try:
                 obj = decoder.raw_decode(text, pos)[0]
-            except ValueError:  # cut by the window's end: not usable, a larger window or the full parse is
+            except ValueError:  # cut by the window's end: a larger window or the full parse sees it whole
                 continue
             # refs, statistics and snapshot-log entries also start with "snapshot-id"
-            if isinstance(obj, dict) and obj["snapshot-id"] == sid and {"timestamp-ms"} <= obj.keys():
+            if isinstance(obj, dict) and obj["snapshot-id"] == sid and {"timestamp-ms", "manifest-list"} <= obj.keys():
                 return obj
         return None
 
