@@ -34,7 +34,7 @@ def env(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactory) 
 
         from laketide.config import REPO_ROOT
 
-        bag = DagBag(dag_folder=str(REPO_ROOT / "dags"), include_examples=False)
+        bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
         assert bag.import_errors == {}
         yield lake, bag.dags[DAG_ID]
 
