@@ -25,13 +25,17 @@ lint: ## ruff and mypy
 	@$(VENV)/ruff check .
 	@$(VENV)/mypy
 
-bench: setup ## Benchmark: Parquet sink vs Iceberg native sink vs laketide writer, same input, one run
+bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks) and status-check cost (100 vs 10k snapshots)
 	@$(VENV)/python bench/bench_writers.py
+	@$(VENV)/python bench/bench_status.py
 
 reconcile: ## Per-partition report of the running quickstart: audit == lake + rejects
 	@$(VENV)/python -m laketide.reconcile
 
+status: ## Latest state of every hour (open, complete, empty, gap, verified, closed, reopened)
+	@$(VENV)/python -m laketide.status
+
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} + 2>/dev/null || true
 
-.PHONY: help setup jars run test lint bench reconcile clean
+.PHONY: help setup jars run test lint bench reconcile status clean

@@ -71,10 +71,13 @@ cat <<INFO
 
   Airflow UI     $url   login: admin / $password
   Writer DAG     laketide_ingest_clicks (continuous; trigger it with mode=incremental for a one-off run)
+  Close DAG      laketide_close_clicks (hourly: sensor -> Great Expectations -> closed + Asset event)
+                 laketide_example_downstream runs on every closed hour
   Iceberg tables laketide.lake.clicks (events), laketide.lake.clicks_rejects (bad lines + reason)
   Catalog        $LAKETIDE_HOME/catalog.db (SQLite)   warehouse: $LAKETIDE_HOME/warehouse
   Landing zone   $LAKETIDE_HOME/landing/clicks   (producer log: $LOGS/producer.log)
   Check counts   make reconcile      (per partition: audit == lake + rejects)
+  Hour status    make status         (open / complete / empty / gap / closed ... per hour)
   Logs           $LOGS/airflow.log; writer logs in the Airflow UI (task 'writer')
 
   Ctrl-C stops everything.

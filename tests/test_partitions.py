@@ -10,7 +10,7 @@ import pytest
 
 from laketide.catalog import load_catalog
 from laketide.config import StreamConfig
-from laketide.partitions import Cursor, State, advance, check_partition, classify, horizon, read
+from laketide.partitions import Cursor, State, advance, check_partition, classify, enough_history, read
 from laketide.reconcile import reconcile
 from laketide.snapshots import Snap
 from tests.helpers import STREAM_FIELDS
@@ -116,9 +116,20 @@ def test_advance_counts_only_this_writer_and_this_partition() -> None:
                             watermark_since_ms=1_000, rows=5, last_added_ms=1_000)
 
 
-def test_horizon_is_bounded_by_time_not_history() -> None:
-    s = stream(max_future="1d", idle_window="5m")
-    assert horizon(s, P, P + timedelta(hours=2)) == P - timedelta(days=1)
+def test_first_check_stops_at_an_old_commit_whose_watermark_is_before_the_partition() -> None:
+    now = P + timedelta(hours=2)
+    stop = enough_history(stream(idle_window="5m"), P, now)
+
+    def commit(at: datetime, watermark: str | None, writer: str = "w") -> Snap:
+        summary = {"laketide.writer-id": writer} | ({"laketide.watermark": watermark} if watermark else {})
+        return Snap(1, None, 1, ms(at), summary)
+
+    old = now - timedelta(minutes=6)
+    assert stop(commit(old, "2026-11-22T02:59:59.999999+00:00"))
+    assert stop(commit(old, None))  # no valid row committed yet
+    assert not stop(commit(old, "2026-11-22T03:00:00+00:00"))  # may hold rows of the partition
+    assert not stop(commit(now - timedelta(minutes=4), "2026-11-22T01:00:00+00:00"))  # inside the idle window
+    assert not stop(commit(old, "2026-11-22T01:00:00+00:00", writer="other"))
 
 
 def test_bad_partition_is_refused(lake: Lake) -> None:

@@ -7,6 +7,7 @@ from the last snapshot a check has seen: no Spark, no data-file scans.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -126,14 +127,25 @@ def advance(cursor: Cursor, commits: list[Snap], writer_id: str) -> Cursor:
     return state
 
 
-def horizon(stream: StreamConfig, partition: datetime, now: datetime) -> datetime:
-    """How far back a first check must read: no commit older than this can matter.
+def enough_history(stream: StreamConfig, partition: datetime, now: datetime) -> Callable[[Snap], bool]:
+    """Where a first check (no cursor) may stop walking back: at a commit of the writer that is both
 
-    Rows of the partition cannot be in a commit made before partition start - max_future (the writer
-    rejects event times further ahead of processing time), and a watermark unchanged since before
-    now - idle window is stalled whatever happened earlier.
+    * older than the idle window (the watermark's age is then known: unchanged since before it = stalled), and
+    * whose watermark is before the partition's start. The watermark is the newest event time committed so
+      far and never goes down along a lineage, so neither that commit nor any older one holds a row of the
+      partition.
+
+    The walk follows the commits of the last few periods, whatever the table's history.
     """
-    return min(partition - stream.max_future, now - stream.idle_window)
+    idle_limit = _ms(now - stream.idle_window)
+
+    def stop(snap: Snap) -> bool:
+        if snap.summary.get(WRITER_ID) != stream.writer_id or snap.timestamp_ms >= idle_limit:
+            return False
+        watermark = snap.summary.get(WATERMARK)
+        return watermark is None or datetime.fromisoformat(watermark) < partition
+
+    return stop
 
 
 def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
@@ -141,8 +153,8 @@ def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
     """Bring ``cursor`` up to the table's current snapshot, reading only the snapshots it has not seen.
 
     Without a cursor (or when the one given is no longer in the table's lineage: a rollback, an expiry),
-    the walk goes back to :func:`horizon`, never further: the cost follows the commits since the last
-    check, not the table's history.
+    the walk goes back as far as :func:`enough_history` says, never further: the cost follows the commits
+    since the last check, or of the last few periods, not the table's history.
     """
     key = partition_key(partition)
     if cursor is not None and cursor.partition != key:
@@ -153,12 +165,7 @@ def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
         if snaps and snaps[-1].snapshot_id == seen:
             return advance(cursor, list(reversed(snaps[:-1])), stream.writer_id)
         # the cursor's snapshot left the lineage: start over
-    limit = _ms(horizon(stream, partition, now))
-
-    def old_enough(snap: Snap) -> bool:
-        return snap.summary.get(WRITER_ID) == stream.writer_id and snap.timestamp_ms < limit
-
-    _, snaps = lineage(catalog, stream.table, old_enough)
+    _, snaps = lineage(catalog, stream.table, enough_history(stream, partition, now))
     return advance(Cursor(key), list(reversed(snaps)), stream.writer_id)
 
 
