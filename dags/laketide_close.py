@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, task
 
 from laketide.airflow.callbacks import alert
 from laketide.airflow.sensors import PartitionCompletionSensor
@@ -45,7 +45,9 @@ for _stream in _config.streams:
         dag_id=f"laketide_close_{_stream.name}",
         description=f"Close hourly partitions of {_stream.table}: sensor -> verify -> record + Asset event",
         doc_md=__doc__,
-        schedule="@hourly",
+        # a data interval per hour (Airflow 3's plain "@hourly" has a zero-length one): the hour to close
+        # is [data_interval_start, data_interval_end), and its run starts when that hour has ended
+        schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=4,

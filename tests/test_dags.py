@@ -63,3 +63,25 @@ def test_ingest_dag_runs_the_writer_incrementally(dagbag) -> None:  # type: igno
     assert sum(lake.values()) > 700
     stream = load(config_path).stream("clicks")
     assert (stream.checkpoint_path / "commits" / "0").exists()
+
+
+def test_close_dag_closes_the_hour_that_just_ended(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    dag = dagbag.dags["laketide_close_clicks"]
+    assert {t.task_id for t in dag.tasks} == {"wait_for_partition", "verify", "close", "find_reopened", "reclose"}
+    assert dag.get_task("wait_for_partition").partition == "{{ data_interval_start }}"
+    assert dag.get_task("wait_for_partition").deferrable
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    # the DAG's timetable as the scheduler runs it: a run after 04:05 closes [03:00, 04:00)
+    assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
+    scheduled = CronDataIntervalTimetable(dag.timetable.expression, dag.timetable.timezone)
+    import pendulum
+
+    start = pendulum.datetime(2026, 11, 22, 3, tz="UTC")
+    interval = scheduled.infer_manual_data_interval(run_after=start + timedelta(hours=1, minutes=5))
+    assert (interval.start, interval.end) == (start, start + timedelta(hours=1))
+    assert [a.uri for a in dag.get_task("close").outlets] == ["iceberg://laketide/lake/clicks"]
+    downstream = dagbag.dags["laketide_example_downstream"]
+    assert "iceberg://laketide/lake/clicks" in str(downstream.timetable.asset_condition)
