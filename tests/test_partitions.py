@@ -137,6 +137,16 @@ def test_bad_partition_is_refused(lake: Lake) -> None:
         check_partition(lake.config, lake.stream, P.replace(minute=30))
 
 
+def test_table_not_created_yet_is_open_then_a_gap(lake: Lake) -> None:
+    """Before the writer's first batch the table does not exist: wait, then alert, naming the table."""
+    missing = lake.stream.model_copy(update={"table": "lake.not_yet"})
+    due = P + timedelta(hours=1, minutes=10)
+    status, _ = check_partition(lake.config, missing, P, now=due)
+    assert status.state == State.OPEN and "'lake.not_yet' does not exist" in status.reason
+    status, _ = check_partition(lake.config, missing, P, now=due + timedelta(minutes=10))
+    assert status.state == State.GAP and "committed nothing" in status.reason
+
+
 # -- scenarios over the real lake ----------------------------------------------------------------------------
 
 def lake_rows(lake: Lake) -> dict[str, int]:

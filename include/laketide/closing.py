@@ -102,10 +102,13 @@ def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | No
     Row counts come from the partitions metadata table (manifests, not data files). A reopened partition
     whose re-close has not succeeded yet is returned again, until it closes.
     """
+    records = history(config, stream.name)
+    if not any(r.state == State.CLOSED for r in records):
+        return []
     current = partition_rows(config, stream)
     last: dict[datetime, StatusRecord] = {}
     ever_closed: set[datetime] = set()
-    for rec in history(config, stream.name):
+    for rec in records:
         last[rec.partition] = rec
         if rec.state == State.CLOSED:
             ever_closed.add(rec.partition)

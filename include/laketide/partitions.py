@@ -17,7 +17,7 @@ from laketide.catalog import load_catalog
 from laketide.commits import PARTITION_ROWS, WATERMARK, WRITER_ID
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.landing import partition_key
-from laketide.snapshots import Snap, lineage
+from laketide.snapshots import Snap, TableNotFoundError, lineage
 
 
 class State(StrEnum):
@@ -216,8 +216,13 @@ def check_partition(config: LaketideConfig, stream: StreamConfig, partition: dat
         raise ValueError(f"partition must be a UTC hour start, got {partition.isoformat()}")
     partition = partition.astimezone(UTC)
     now = now or datetime.now(UTC)
-    seen = read(load_catalog(config.catalog), stream, partition, now, cursor)
+    try:
+        seen = read(load_catalog(config.catalog), stream, partition, now, cursor)
+        missing = ""
+    except TableNotFoundError as exc:  # the writer has not created it yet: nothing committed
+        seen, missing = Cursor(partition_key(partition)), f"{exc}. "
     state, reason = classify(stream, partition, seen, now)
+    reason = missing + reason
     status = PartitionStatus(stream.name, partition, state, reason, seen.rows, seen.watermark,
                              seen.snapshot_id, now)
     return status, seen
@@ -229,7 +234,12 @@ def partition_rows(config: LaketideConfig, stream: StreamConfig) -> dict[datetim
     Reads manifests (metadata), never data files; used by the close DAG's worker tasks to notice rows that
     arrived after a close, not in the triggerer.
     """
-    table = load_catalog(config.catalog).load_table(stream.table)
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = load_catalog(config.catalog).load_table(stream.table)
+    except NoSuchTableError:
+        return {}
     if table.metadata.current_snapshot_id is None:
         return {}
     rows: dict[datetime, int] = {}
