@@ -7,6 +7,7 @@ The tests of this module share one lake and run in order (each builds on the pre
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,20 @@ def lake_rows(lake: Lake) -> dict[str, tuple[int, int, int]]:
     return {p.partition: (p.audit, p.lake, p.rejects) for p in reconcile(lake.config, lake.stream).partitions}
 
 
+def close_run(dag: Any, hour: datetime) -> Any:
+    """``dag.test()`` of the run that closes ``hour``: a manual run at the hour's end gets it as data interval."""
+    run = dag.test(logical_date=hour + timedelta(hours=1))
+    assert run.data_interval_start == hour and run.data_interval_end == hour + timedelta(hours=1)
+    return run
+
+
 def task_states(run: Any) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def test_complete_hour_closes_with_status_and_asset_event(env: tuple[Lake, Any]) -> None:
     lake, dag = env
-    run = dag.test(logical_date=lake.hours[0])
+    run = close_run(dag, lake.hours[0])
     assert run.state == "success", task_states(run)
     assert states(lake, 0) == [State.COMPLETE, State.VERIFIED, State.CLOSED]
     closed = history(lake.config, "clicks", lake.hours[0])[-1]
@@ -85,7 +93,7 @@ def test_tampered_hour_fails_verification_with_the_counts(env: tuple[Lake, Any])
     audit, rows, rejects = lake_rows(lake)[lake.key(2)]
     table.delete(delete_filter=EqualTo("event_id", ids[0]))
 
-    run = dag.test(logical_date=lake.hours[2])
+    run = close_run(dag, lake.hours[2])
     assert run.state == "failed"
     assert task_states(run)["verify"] == "failed" and task_states(run)["close"] != "success"
     assert states(lake, 2) == [State.COMPLETE, State.FAILED]
@@ -104,7 +112,7 @@ def test_late_rows_after_close_reopen_and_reclose(env: tuple[Lake, Any]) -> None
     assert rows == before[1] + 40 and audit == before[0] + 40
 
     # the next scheduled close (the quiet hour) also finds the reopened hour and closes it again
-    run = dag.test(logical_date=lake.hours[1])
+    run = close_run(dag, lake.hours[1])
     assert run.state == "success", task_states(run)
     assert states(lake, 1) == [State.EMPTY, State.VERIFIED, State.CLOSED]
     assert states(lake, 0) == [State.COMPLETE, State.VERIFIED, State.CLOSED,
