@@ -9,12 +9,12 @@ reopened) and the partition goes through verify and close again.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import parse_partition, partition_key
+from laketide.landing import hour_start, parse_partition, partition_key
 from laketide.partitions import State, partition_rows
 from laketide.status import StatusRecord, history, record
 from laketide.verify import Verification, verify_partition
@@ -32,17 +32,14 @@ class VerificationFailed(LaketideError):
 def parse_hour(value: str | datetime) -> datetime:
     """A partition given as a DAG param or a template (``{{ data_interval_start }}``): a UTC hour start."""
     if isinstance(value, datetime):
-        dt = value
-    else:
-        try:
-            dt = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ValueError(f"partition {value!r} is not an ISO timestamp like 2026-11-22T03:00:00+00:00") from None
+        return hour_start(value)
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"partition {value!r} is not an ISO timestamp like 2026-11-22T03:00:00+00:00") from None
     if dt.tzinfo is None:
         raise ValueError(f"partition {value!s} has no UTC offset: write e.g. 2026-11-22T03:00:00+00:00")
-    dt = dt.astimezone(UTC)
-    if dt != dt.replace(minute=0, second=0, microsecond=0):
-        raise ValueError(f"partition {value!s} is not the start of an hour")
+    return hour_start(dt)
     return dt
 
 

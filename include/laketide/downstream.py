@@ -9,18 +9,17 @@ from laketide.catalog import load_catalog
 from laketide.closing import parse_hour
 from laketide.config import LaketideConfig
 from laketide.landing import partition_key
-from laketide.partitions import HOUR
+from laketide.verify import partition_filter
 
 
 def hourly_summary(config: LaketideConfig, stream_name: str, partition: str) -> dict[str, Any]:
     """Rows of one closed hour and its top countries (if the stream has a ``country`` field)."""
     stream = config.stream(stream_name)
     start = parse_hour(partition)
-    time_field = stream.event_time_field
     fields = [stream.event_id_field, *(["country"] if "country" in stream.fields else [])]
     table = load_catalog(config.catalog).load_table(stream.table)
     rows = table.scan(
-        row_filter=f"{time_field} >= '{start.isoformat()}' and {time_field} < '{(start + HOUR).isoformat()}'",
+        row_filter=partition_filter(stream, start),
         selected_fields=tuple(fields),
     ).to_arrow()
     countries = Counter(rows["country"].to_pylist()) if "country" in fields else Counter()

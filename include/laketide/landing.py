@@ -21,7 +21,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,23 @@ def partition_key(dt: datetime) -> str:
     return dt.astimezone(UTC).replace(minute=0, second=0, microsecond=0).isoformat()
 
 
+#: the period of a partition
+HOUR = timedelta(hours=1)
+
+
+def hour_start(value: datetime) -> datetime:
+    """``value`` as a partition start: a timezone-aware datetime at a UTC hour start, returned in UTC.
+
+    :raises ValueError: naive, or not the start of an hour
+    """
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"partition must be a timezone-aware datetime (a UTC hour start), got {value!r}")
+    start = value.astimezone(UTC)
+    if start != start.replace(minute=0, second=0, microsecond=0):
+        raise ValueError(f"partition {start.isoformat()} is not the start of an hour (a UTC hour start)")
+    return start
+
+
 def parse_partition(partition: str) -> datetime:
     """Parse a partition key back into an aware UTC datetime; raise ValueError if it is not canonical."""
     try:
@@ -67,6 +84,11 @@ def parse_partition(partition: str) -> datetime:
 def data_dir(landing_path: str | Path) -> Path:
     """Where published data files (``*.jsonl``) live: ``L/data``."""
     return Path(landing_path) / "data"
+
+
+def published_files(landing_path: str | Path) -> set[str]:
+    """Names of the data files published in ``L/data`` (what the writer reads)."""
+    return {p.name for p in data_dir(landing_path).glob(f"*{DATA_SUFFIX}")}
 
 
 def audit_dir(landing_path: str | Path) -> Path:
@@ -261,6 +283,4 @@ def expected_counts(landing_path: str | Path) -> dict[str, int]:
 
     Audits without a data file (a producer that died between the two renames) are not counted.
     """
-    data = data_dir(landing_path)
-    audits = read_audits(landing_path)
-    return partition_totals(audits, (name for name in audits if (data / name).is_file()))
+    return partition_totals(read_audits(landing_path), published_files(landing_path))

@@ -16,7 +16,7 @@ from typing import Any
 from laketide.catalog import load_catalog
 from laketide.commits import PARTITION_ROWS, WATERMARK, WRITER_ID
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.landing import partition_key
+from laketide.landing import HOUR, hour_start, partition_key
 from laketide.snapshots import Snap, TableNotFoundError, lineage
 
 
@@ -34,7 +34,6 @@ class State(StrEnum):
     REOPENED = "reopened"  # rows arrived after the close: re-verified and re-closed
 
 
-HOUR = timedelta(hours=1)
 #: the writer is lagging when its watermark is more than this many periods behind now
 LAG_PERIODS = 2
 
@@ -212,9 +211,7 @@ def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datet
 def check_partition(config: LaketideConfig, stream: StreamConfig, partition: datetime,
                     now: datetime | None = None, cursor: Cursor | None = None) -> tuple[PartitionStatus, Cursor]:
     """One status check of one partition: read the new snapshots, classify. Metadata only, no JVM."""
-    if partition.tzinfo is None or partition != partition.replace(minute=0, second=0, microsecond=0):
-        raise ValueError(f"partition must be a UTC hour start, got {partition.isoformat()}")
-    partition = partition.astimezone(UTC)
+    partition = hour_start(partition)
     now = now or datetime.now(UTC)
     try:
         seen = read(load_catalog(config.catalog), stream, partition, now, cursor)

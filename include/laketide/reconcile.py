@@ -17,7 +17,7 @@ from typing import Any
 
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig, get_config
-from laketide.landing import data_dir, partition_key, partition_totals, read_audits
+from laketide.landing import partition_key, partition_totals, published_files, read_audits
 
 UNATTRIBUTED = "unattributed"
 
@@ -87,7 +87,7 @@ def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
     lake, duplicates, lake_files = lake_counts(config, stream)
     rejects, reject_files = reject_counts(config, stream, audits)
     ingested = lake_files | reject_files
-    published = {p.name for p in data_dir(stream.landing_path).glob("*.jsonl")}
+    published = published_files(stream.landing_path)
     expected = partition_totals(audits, ingested)
     report = Report(
         duplicate_ids=duplicates,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, get_config
 from laketide.errors import LaketideError
+from laketide.landing import hour_start
 from laketide.partitions import State
 
 if TYPE_CHECKING:
@@ -101,8 +102,12 @@ class StatusRecord:
         if not isinstance(self.stream, str) or not self.stream:
             raise StatusRecordError(f"stream must be a non-empty string, got {self.stream!r}")
         partition = _aware_utc("partition", self.partition)
-        if partition != partition.replace(minute=0, second=0, microsecond=0):
-            raise StatusRecordError(f"partition {partition.isoformat()} is not an hour start (minute=second=0)")
+        try:
+            partition = hour_start(partition)
+        except ValueError:  # aware, so only the minutes can be wrong
+            raise StatusRecordError(
+                f"partition {partition.isoformat()} is not an hour start (minute=second=0)"
+            ) from None
         object.__setattr__(self, "partition", partition)
         object.__setattr__(self, "state", _state(self.state))
         object.__setattr__(self, "recorded_at", _aware_utc("recorded_at", self.recorded_at))

@@ -18,14 +18,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import data_dir, partition_key, partition_totals, read_audits
+from laketide.landing import HOUR, hour_start, partition_key, partition_totals, published_files, read_audits
 from laketide.reconcile import reject_counts
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
 
-HOUR = timedelta(hours=1)
 SOURCE_FILE = "_source_file"
 #: how many unexpected values a failure line quotes
 EXAMPLES = 3
@@ -93,15 +92,6 @@ class Verification:
             "missing": self.missing, "pending_files": self.pending_files, "snapshot_id": self.snapshot_id,
             "failures": self.failures, "results": str(self.results_path),
         }, separators=(",", ":"))
-
-
-def _hour(partition: datetime) -> datetime:
-    if not isinstance(partition, datetime) or partition.tzinfo is None or partition.utcoffset() is None:
-        raise ValueError(f"partition must be a timezone-aware datetime (a UTC hour start), got {partition!r}")
-    start = partition.astimezone(UTC)
-    if start != start.replace(minute=0, second=0, microsecond=0):
-        raise ValueError(f"partition {start.isoformat()} is not the start of an hour")
-    return start
 
 
 def _load(config: LaketideConfig, name: str, stream: StreamConfig) -> Table:
@@ -271,14 +261,14 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     :raises LaketideError: the events or rejects table does not exist, or the snapshot is unknown
     :raises ValueError: ``partition`` is naive or not an hour start
     """
-    start = _hour(partition)
+    start = hour_start(partition)
     key = partition_key(start)
     table = _load(config, stream.table, stream)
     _load(config, stream.rejects_table, stream)
     snapshot_id = _snapshot(table, stream.table, snapshot_id)
 
     audits = read_audits(stream.landing_path)
-    published = {p.name for p in data_dir(stream.landing_path).glob("*.jsonl")}
+    published = published_files(stream.landing_path)
     audit = partition_totals(audits, published).get(key, 0)
     rejected, reject_files = reject_counts(config, stream, audits)
     rejects = rejected[key]
