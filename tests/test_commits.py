@@ -12,7 +12,6 @@ from laketide.commits import (
     WRITER_ID,
     CheckpointState,
     Marker,
-    SnapshotInfo,
     check_checkpoint,
     last_marker,
     read_checkpoint,
@@ -20,29 +19,30 @@ from laketide.commits import (
     summary_properties,
 )
 from laketide.errors import CheckpointMismatchError
+from laketide.snapshots import Snap
 
 
-def snap(sid: int, parent: int | None, writer: str | None = None, batch: int | None = None) -> SnapshotInfo:
+def snap(sid: int, parent: int | None, writer: str | None = None, batch: int | None = None) -> Snap:
     summary = {"operation": "append"}
     if writer is not None:
         summary |= {WRITER_ID: writer, BATCH_ID: str(batch)}
-    return SnapshotInfo(sid, parent, summary)
+    return Snap(sid, parent, sid, 1_700_000_000_000 + sid, summary)
 
 
-def test_last_marker_walks_back_past_other_writers_and_compaction() -> None:
-    history = [snap(1, None, "w", 0), snap(2, 1, "w", 1), snap(3, 2, "other", 7), snap(4, 3)]
-    marker = last_marker(history, 4, "w")
+def test_last_marker_is_the_newest_commit_of_the_writer_in_a_lineage() -> None:
+    # a lineage, newest first: compaction (4) and another writer (3) committed after w's batch 1
+    chain = [snap(4, 3), snap(3, 2, "other", 7), snap(2, 1, "w", 1), snap(1, None, "w", 0)]
+    marker = last_marker(chain, "w")
     assert marker is not None and (marker.snapshot_id, marker.batch_id) == (2, 1)
-    assert last_marker(history, 4, "nobody") is None
-    assert last_marker([], None, "w") is None
+    assert marker.summary[WRITER_ID] == "w"
+    assert last_marker(chain, "nobody") is None
+    assert last_marker([], "w") is None
 
 
-def test_rolled_back_branch_does_not_count() -> None:
-    # snapshot 3 (batch 2) was rolled back: current is 2, so batch 2 must be written again
-    history = [snap(1, None, "w", 0), snap(2, 1, "w", 1), snap(3, 2, "w", 2)]
-    marker = last_marker(history, 2, "w")
-    assert marker is not None and marker.batch_id == 1
-    assert should_write(2, marker)
+def test_a_commit_without_batch_id_is_not_a_marker() -> None:
+    chain = [Snap(2, 1, 2, 0, {WRITER_ID: "w"}), snap(1, None, "w", 0)]
+    marker = last_marker(chain, "w")
+    assert marker is not None and marker.snapshot_id == 1
 
 
 def test_should_write() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from laketide.catalog import load_catalog
-from laketide.commits import last_marker, pyiceberg_snapshots, read_checkpoint
+from laketide.commits import read_checkpoint, table_marker
 from laketide.landing import publish
 from laketide.producer import make_event
 from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
@@ -24,8 +24,7 @@ pytestmark = pytest.mark.slow
 def marker_batch(config_path: Path, table_attr: str = "table") -> int | None:
     config = load(config_path)
     stream = config.stream("clicks")
-    table = load_catalog(config.catalog).load_table(getattr(stream, table_attr))
-    marker = last_marker(*pyiceberg_snapshots(table), stream.writer_id)
+    marker = table_marker(load_catalog(config.catalog), getattr(stream, table_attr), stream.writer_id)
     return None if marker is None else marker.batch_id
 
 

@@ -19,6 +19,7 @@ from pyiceberg.types import LongType, NestedField
 
 from laketide import snapshots
 from laketide.catalog import load_catalog
+from laketide.commits import should_write, table_marker
 from laketide.errors import LaketideError
 from laketide.snapshots import Snap, TableNotFoundError, lineage, metadata_location
 from tests.helpers import load
@@ -209,6 +210,19 @@ def test_spark_table_lineage_matches_pyiceberg(spark_tables: dict[str, Any], spy
     assert spy.full_parses == 0
     lineage(catalog, EVENTS, lambda s: True)
     assert spy.full_parses == 1
+
+
+@pytest.mark.slow
+def test_writer_marker_ignores_rolled_back_commits(spark_tables: dict[str, Any]) -> None:
+    """The writer's dedupe lookup: w2's batch 6 was rolled back, so its newest commit is batch 2 (and 6 is
+    written again on replay); w1's is batch 8, the current snapshot."""
+    catalog, ids = spark_tables["catalog"], spark_tables["ids"]
+    w2 = table_marker(catalog, EVENTS, "w2")
+    assert w2 is not None and (w2.batch_id, w2.snapshot_id) == (2, ids[2])
+    assert should_write(6, w2)
+    w1 = table_marker(catalog, EVENTS, "w1")
+    assert w1 is not None and (w1.batch_id, w1.snapshot_id) == (8, ids[8])
+    assert table_marker(catalog, EVENTS, "nobody") is None
 
 
 @pytest.mark.slow

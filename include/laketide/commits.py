@@ -25,9 +25,13 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laketide.errors import CheckpointMismatchError
+from laketide.snapshots import Snap, lineage
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
 
 WRITER_ID = "laketide.writer-id"
 BATCH_ID = "laketide.batch-id"
@@ -55,30 +59,30 @@ class Marker:
         return self.summary.get(WATERMARK)
 
 
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """What the marker lookup needs of a snapshot (built from pyiceberg or Spark)."""
-
-    snapshot_id: int
-    parent_id: int | None
-    summary: Mapping[str, str]
+def is_marker(snap: Snap, writer_id: str) -> bool:
+    """True when ``snap`` is a commit of ``writer_id`` (it carries a batch id)."""
+    return snap.summary.get(WRITER_ID) == writer_id and BATCH_ID in snap.summary
 
 
-def last_marker(
-    snapshots: Iterable[SnapshotInfo], current_id: int | None, writer_id: str
-) -> Marker | None:
-    """Walk back from the current snapshot along parents to the newest commit of ``writer_id``.
+def last_marker(chain: Iterable[Snap], writer_id: str) -> Marker | None:
+    """The newest commit of ``writer_id`` in ``chain``: a lineage, newest first (``snapshots.lineage``).
 
-    Only the current lineage counts: a batch in a rolled-back branch is not committed. The walk stops at
-    the first marker found, so its cost is the number of other commits since this writer's last one.
+    Only the current lineage counts: a batch in a rolled-back branch is not committed.
     """
-    by_id = {s.snapshot_id: s for s in snapshots}
-    node = by_id.get(current_id) if current_id is not None else None
-    while node is not None:
-        if node.summary.get(WRITER_ID) == writer_id and BATCH_ID in node.summary:
-            return Marker(node.snapshot_id, int(node.summary[BATCH_ID]), dict(node.summary))
-        node = by_id.get(node.parent_id) if node.parent_id is not None else None
+    for snap in chain:
+        if is_marker(snap, writer_id):
+            return Marker(snap.snapshot_id, int(snap.summary[BATCH_ID]), dict(snap.summary))
     return None
+
+
+def table_marker(catalog: SqlCatalog, table: str, writer_id: str) -> Marker | None:
+    """The newest commit of ``writer_id`` in ``table``'s current lineage.
+
+    Reads only the snapshots from the current one back to that commit (``snapshots.lineage``), so the cost is
+    the number of other commits since this writer's last one, not the length of the table's history.
+    """
+    _, chain = lineage(catalog, table, lambda snap: is_marker(snap, writer_id))
+    return last_marker(chain, writer_id)
 
 
 def should_write(batch_id: int, marker: Marker | None) -> bool:
@@ -158,12 +162,3 @@ def summary_properties(
         if value is not None:
             props[key] = str(value)
     return props
-
-
-def pyiceberg_snapshots(table: Any) -> tuple[list[SnapshotInfo], int | None]:
-    """Snapshot infos and the current snapshot id of a pyiceberg table (metadata only)."""
-    infos = [
-        SnapshotInfo(s.snapshot_id, s.parent_snapshot_id, dict(s.summary.additional_properties) if s.summary else {})
-        for s in table.metadata.snapshots
-    ]
-    return infos, table.metadata.current_snapshot_id

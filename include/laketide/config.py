@@ -113,6 +113,9 @@ class StreamConfig(_Strict):
         for name in value:
             if not _IDENT.match(name):
                 raise ValueError(f"field name {name!r} is not a plain identifier")
+            if name.startswith("_"):
+                raise ValueError(f"field name {name!r} starts with '_', which laketide keeps for its own columns "
+                                 "(_source_file, _batch_id, ...): rename the field")
         return value
 
     @model_validator(mode="after")

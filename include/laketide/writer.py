@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,6 +49,7 @@ REJECTS_COLUMNS = (
     "batch_id bigint, writer_id string, rejected_at timestamp"
 )
 CORRUPT = "_corrupt_record"
+UNPARSED = "_unparsed"
 WAP_ID = "wap.id"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
@@ -71,18 +73,20 @@ def _human(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) -> Column:
-    """First problem of a line, or null when the line is a valid event."""
+def _reason(stream: StreamConfig, raw: Column, now: datetime) -> Column:
+    """First problem of a parsed line (columns of ``_parse``), or null when the line is a valid event."""
     from pyspark.sql import functions as F
 
+    field = {name: F.col(name) for name in stream.fields}
+    unparsed, bad_value = F.col(UNPARSED), F.col(CORRUPT)
     # Valid lines must stay cheap: every expensive probe (a second JSON parse) sits behind a cheap
-    # condition on the parsed struct, and And short-circuits left to right.
-    corrupt = parsed.isNull() | parsed[CORRUPT].isNotNull()
+    # condition on the parsed fields, and And short-circuits left to right.
+    corrupt = unparsed | bad_value.isNotNull()
     opens_object = raw.startswith("{") | F.ltrim(raw).startswith("{")
     # The text source keeps raw bytes. The JSON reader decodes an invalid sequence to U+FFFD, inside a
     # string value (found in the parsed strings) or elsewhere (the line does not parse). Only then is the
     # exact test run: re-encoding through a Java string changes a line with invalid bytes.
-    replaced = [F.instr(parsed[n], "\ufffd") > 0 for n, spec in stream.fields.items() if spec.type == "string"]
+    replaced = [field[n].contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
     suspicious = corrupt
     for probe in replaced:
         suspicious = suspicious | probe
@@ -94,19 +98,19 @@ def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) ->
             corrupt & opens_object & F.from_json(raw, "map<string,string>", STRICT_JSON).isNull(),
             F.lit("malformed JSON"),
         ),
-        F.when(parsed.isNull() | ~opens_object, F.lit("not a JSON object")),
+        F.when(unparsed | ~opens_object, F.lit("not a JSON object")),
     ]
     for name, spec in stream.fields.items():
-        # null in the struct but present in the line: a wrong type (an omitted optional field is fine)
+        # null once parsed but present in the line: a wrong type (an omitted optional field is fine)
         mentioned = F.instr(raw, f'"{name}"') > 0
         present = F.get_json_object(raw, f"$.{name}").isNotNull()
         checks.append(
-            F.when(parsed[name].isNull() & mentioned & present, F.lit(f"field {name!r} is not a valid {spec.type}"))
+            F.when(field[name].isNull() & mentioned & present, F.lit(f"field {name!r} is not a valid {spec.type}"))
         )
     for name, spec in stream.fields.items():
         if spec.required:
-            checks.append(F.when(parsed[name].isNull(), F.lit(f"missing required field {name!r}")))
-    event_time = parsed[stream.event_time_field]
+            checks.append(F.when(field[name].isNull(), F.lit(f"missing required field {name!r}")))
+    event_time = field[stream.event_time_field]
     low = datetime.fromisoformat(stream.min_event_time)
     high = now + stream.max_future
     checks.append(
@@ -118,18 +122,21 @@ def _reason(stream: StreamConfig, parsed: Column, raw: Column, now: datetime) ->
             ),
         )
     )
-    checks.append(F.when(parsed[CORRUPT].isNotNull(), F.lit("malformed record")))
-    return F.coalesce(*checks)
+    checks.append(F.when(bad_value.isNotNull(), F.lit("malformed record")))
+    # The usual line (an object, every field present and readable, no U+FFFD, event time in range) passes
+    # every check above; this short test lets it skip them.
+    plain = ~unparsed & bad_value.isNull() & raw.startswith("{")
+    plain = plain & (event_time >= F.lit(low)) & (event_time <= F.lit(high))
+    for column in field.values():
+        plain = plain & column.isNotNull()
+    for probe in replaced:
+        plain = plain & ~probe
+    return F.when(~plain, F.coalesce(*checks))
 
 
-def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
-    """Parse and validate landing lines.
-
-    :param lines: columns ``value`` (one line) and ``_source_file`` (landing file name); blank lines are
-        not records and are dropped.
-    :param now: processing time, the reference for rejecting event times from the future.
-    :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
-    """
+def _parse(lines: DataFrame, stream: StreamConfig) -> DataFrame:
+    """Parse each non-blank line once: the stream's fields, ``_corrupt_record`` (the line, when a value
+    could not be read), ``_unparsed`` (no JSON object at all), ``_raw`` and ``_source_file``."""
     from pyspark.sql import functions as F
 
     raw = F.col("value")
@@ -141,11 +148,29 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     with_struct = lines.where(not_blank).select(raw.alias("_raw"), F.col("_source_file"), parsed.alias("_p"))
     p = F.col("_p")
     return with_struct.select(
-        *[p[name].alias(name) for name in stream.fields],
-        F.col("_raw"),
-        F.col("_source_file"),
-        _reason(stream, p, F.col("_raw"), now).alias("_error"),
+        *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
+        F.col("_raw"), F.col("_source_file"),
     )
+
+
+def _check(parsed: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
+    """Add ``_error`` to the output of ``_parse``."""
+    from pyspark.sql import functions as F
+
+    return parsed.select(
+        *stream.fields, F.col("_raw"), F.col("_source_file"), _reason(stream, F.col("_raw"), now).alias("_error")
+    )
+
+
+def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
+    """Parse and validate landing lines.
+
+    :param lines: columns ``value`` (one line) and ``_source_file`` (landing file name); blank lines are
+        not records and are dropped.
+    :param now: processing time, the reference for rejecting event times from the future.
+    :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
+    """
+    return _check(_parse(lines, stream), stream, now)
 
 
 def valid_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int) -> DataFrame:
@@ -201,14 +226,31 @@ def _later(*values: str | None) -> str | None:
     return max(present) if present else None
 
 
+@dataclass
+class Staged:
+    """A staged (invisible) snapshot of the events table and what its data files hold."""
+
+    table: Any  # the Java Iceberg table it was found in (py4j)
+    snapshot_id: int
+    data_files: list[Any]  # Java DataFile objects (py4j), to publish
+    rows: dict[str, int]  # rows per partition key
+    min_event_time: int | None  # epoch microseconds, from the files' column bounds
+    max_event_time: int | None
+
+    @property
+    def valid(self) -> int:
+        return sum(self.rows.values())
+
+
 class BatchWriter:
     """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
 
     1. pre-commit: the valid rows are written in ONE pass over the batch as a *staged* Iceberg snapshot
-       (write-audit-publish: data files and manifests exist, the table does not show them); the batch's
-       counts and event-time range are observed during that same pass;
-    2. the rejects, if any, are committed to the rejects table (a second pass, only for batches with
-       rejects);
+       (write-audit-publish: data files and manifests exist, the table does not show them). The same pass
+       counts the batch's lines and names its files; the rows per partition and the event-time range are
+       read from the staged data files' metadata (record counts, column bounds);
+    2. the rejects (lines - valid rows), if any, are committed to the rejects table (a second pass, only for
+       batches with rejects);
     3. commit: one atomic catalog swap publishes the staged files to the events table with the full
        summary (writer id, batch id, source files, rows per partition, event-time range, watermark).
 
@@ -223,8 +265,7 @@ class BatchWriter:
         self.prefix = config.catalog.name
 
     def marker(self, table: str) -> commits.Marker | None:
-        snapshots, current = commits.pyiceberg_snapshots(self.catalog.load_table(table))
-        return commits.last_marker(snapshots, current, self.stream.writer_id)
+        return commits.table_marker(self.catalog, table, self.stream.writer_id)
 
     def _append(self, df: DataFrame, table: str, props: dict[str, str]) -> None:
         writer = df.writeTo(f"{self.prefix}.{table}")
@@ -232,44 +273,64 @@ class BatchWriter:
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.append()
 
-    def _stage(self, df: DataFrame, wap_id: str) -> int:
-        """Write ``df`` as a staged snapshot of the events table; return its id."""
+    def _stage(self, df: DataFrame, wap_id: str) -> Staged:
+        """Write ``df`` as a staged snapshot of the events table; read back what its data files hold."""
         spark = df.sparkSession
+        name = f"{self.prefix}.{self.stream.table}"
         spark.conf.set("spark.wap.id", wap_id)
         try:
-            df.writeTo(f"{self.prefix}.{self.stream.table}").append()
+            df.writeTo(name).append()
         finally:
             spark.conf.unset("spark.wap.id")
-        table = self.catalog.load_table(self.stream.table)
-        for snap in reversed(table.metadata.snapshots):
-            if snap.summary is not None and snap.summary.additional_properties.get(WAP_ID) == wap_id:
-                return snap.snapshot_id
+        jvm: Any = spark._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+        snapshots = table.snapshots()  # in commit order: the staged one is last unless others committed since
+        for i in range(snapshots.size() - 1, -1, -1):
+            snapshot = snapshots.get(i)
+            if snapshot.summary().get(WAP_ID) == wap_id:
+                return self._read_staged(jvm, table, snapshot)
         raise RuntimeError(f"staged snapshot {wap_id} not found in {self.stream.table}")
 
-    def _publish(self, spark: SparkSession, staged_id: int, extra: dict[str, Any], files: list[str],
-                 batch_id: int) -> int:
-        """Append the staged data files to the events table in one commit carrying the full summary;
-        return the new snapshot id."""
-        jvm: Any = spark._jvm
-        jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            spark._jsparkSession, f"{self.prefix}.{self.stream.table}"
-        )
-        staged = jtable.snapshot(staged_id)
+    def _read_staged(self, jvm: Any, table: Any, snapshot: Any) -> Staged:
+        time_field = table.schema().findField(self.stream.event_time_field)
+        field_id, field_type = time_field.fieldId(), time_field.type()
+        conversions = jvm.org.apache.iceberg.types.Conversions
         integer = jvm.java.lang.Class.forName("java.lang.Integer")
-        append = jtable.newFastAppend()
-        rows: dict[str, int] = {}
-        it = staged.addedDataFiles(jtable.io()).iterator()
+        staged = Staged(table, int(snapshot.snapshotId()), [], {}, None, None)
+        it = snapshot.addedDataFiles(table.io()).iterator()
         while it.hasNext():
             data_file = it.next()
-            append.appendFile(data_file)
+            staged.data_files.append(data_file)
+            count = int(data_file.recordCount())
             hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
             key = "unknown" if hour is None else partition_key(datetime.fromtimestamp(hour * 3600, UTC))
-            rows[key] = rows.get(key, 0) + int(data_file.recordCount())
-        props = commits.summary_properties(self.stream.writer_id, batch_id, files, rows, extra)
+            staged.rows[key] = staged.rows.get(key, 0) + count
+            if count == 0:
+                continue
+            lower, upper = data_file.lowerBounds(), data_file.upperBounds()
+            low = None if lower is None else lower.get(field_id)
+            high = None if upper is None else upper.get(field_id)
+            if low is None or high is None:
+                raise RuntimeError(
+                    f"data file {data_file.location()} of {self.stream.table} has no bounds for "
+                    f"{self.stream.event_time_field!r}: keep column metrics for it (table property "
+                    f"write.metadata.metrics.column.{self.stream.event_time_field}=full)"
+                )
+            lo, hi = int(conversions.fromByteBuffer(field_type, low)), int(conversions.fromByteBuffer(field_type, high))
+            staged.min_event_time = lo if staged.min_event_time is None else min(staged.min_event_time, lo)
+            staged.max_event_time = hi if staged.max_event_time is None else max(staged.max_event_time, hi)
+        return staged
+
+    def _publish(self, staged: Staged, props: dict[str, str]) -> int:
+        """Append the staged data files to the events table in one commit carrying the full summary;
+        return the new snapshot id."""
+        append = staged.table.newFastAppend()
+        for data_file in staged.data_files:
+            append.appendFile(data_file)
         for key, value in props.items():
             append.set(key, value)
         append.commit()
-        return int(jtable.currentSnapshot().snapshotId())
+        return int(staged.table.currentSnapshot().snapshotId())
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
@@ -283,57 +344,67 @@ class BatchWriter:
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
         now = datetime.now(UTC).replace(microsecond=0)
-        parsed = parse_lines(batch, stream, now)
-        ok = F.col("_error").isNull()
-        et = F.col(stream.event_time_field)
         observation = Observation(f"laketide-{stream.name}-{batch_id}")
-        observed = parsed.observe(
-            observation,
-            F.sum(F.when(ok, 1).otherwise(0)).alias("valid"),
-            F.sum(F.when(ok, 0).otherwise(1)).alias("rejected"),
-            # as epoch microseconds: observed metrics come back through py4j untyped
-            F.unix_micros(F.min(F.when(ok, et))).alias("lo"),
-            F.unix_micros(F.max(F.when(ok, et))).alias("hi"),
-            F.to_json(F.collect_set("_source_file")).alias("files"),
+        # observed between parsing and the checks, so that the filter on the checks' result is not pushed
+        # down into the parse (which would then run twice)
+        parsed = _parse(batch, stream).observe(
+            observation, F.count(F.lit(1)).alias("lines"), F.to_json(F.collect_set("_source_file")).alias("files"),
         )
         wap_id = f"{stream.writer_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged_id = self._stage(valid_rows(observed, stream, batch_id), wap_id)
-        staged = time.monotonic()
+        staged = self._stage(valid_rows(_check(parsed, stream, now), stream, batch_id), wap_id)
+        staged_at = time.monotonic()
         stats = observation.get
-        valid, rejected = int(stats.get("valid") or 0), int(stats.get("rejected") or 0)
+        lines, valid = int(stats.get("lines") or 0), staged.valid
+        rejected = lines - valid
+        if rejected < 0:
+            raise RuntimeError(f"batch {batch_id}: {valid} rows staged from {lines} lines of {stream.landing_path}")
         files = sorted(json.loads(stats.get("files") or "[]"))
         faults.maybe_pause("before_commit", batch_id)
 
-        batch_max = _iso(_from_micros(stats.get("hi")))
+        batch_max = _iso(_from_micros(staged.max_event_time))
         watermark = _later(events_marker.watermark if events_marker else None, batch_max)
         extra: dict[str, Any] = {
             commits.VALID_ROWS: valid,
             commits.REJECTED_ROWS: rejected,
-            commits.MIN_EVENT_TIME: _iso(_from_micros(stats.get("lo"))),
+            commits.MIN_EVENT_TIME: _iso(_from_micros(staged.min_event_time)),
             commits.MAX_EVENT_TIME: batch_max,
             commits.WATERMARK: watermark,
         }
         if rejected and commits.should_write(batch_id, self.marker(stream.rejects_table)):
-            rejects = rejected_rows(parse_lines(batch, stream, now), stream, batch_id, now).cache()
-            try:
-                by_hour = {summary_key(r["event_hour"]): r["n"]
-                           for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
-                props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
-                self._append(rejects, stream.rejects_table, props)
-            finally:
-                rejects.unpersist()
+            self._reject(batch, batch_id, now, files, rejected, extra)
         faults.maybe_pause("between_tables", batch_id)
         published = time.monotonic()
-        snapshot_id = self._publish(batch.sparkSession, staged_id, extra, files, batch_id)
+        props = commits.summary_properties(stream.writer_id, batch_id, files, staged.rows, extra)
+        snapshot_id = self._publish(staged, props)
         faults.maybe_pause("after_commit", batch_id)
         done = time.monotonic()
         log.info(
             "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "
             "(plan %.2fs, pre-commit %.2fs, rejects %.2fs, commit %.2fs; %.2fs)",
-            batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started, staged - planned,
-            published - staged, done - published, done - started,
+            batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started, staged_at - planned,
+            published - staged_at, done - published, done - started,
         )
+
+    def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
+                extra: dict[str, Any]) -> None:
+        """Commit the batch's rejected lines to the rejects table (a second pass over the batch)."""
+        from pyspark.sql import functions as F
+
+        stream = self.stream
+        rejects = rejected_rows(parse_lines(batch, stream, now), stream, batch_id, now).cache()
+        try:
+            by_hour = {summary_key(r["event_hour"]): r["n"]
+                       for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
+            if sum(by_hour.values()) != expected:
+                raise RuntimeError(
+                    f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
+                    "(lines - valid rows): the two passes over the batch disagree; nothing was committed"
+                )
+            props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
+            self._append(rejects, stream.rejects_table, props)
+        finally:
+            rejects.unpersist()
 
 
 def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
@@ -370,9 +441,7 @@ def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
 
 def preflight(config: LaketideConfig, stream: StreamConfig) -> None:
     """Refuse to start when checkpoint and table disagree (see ``commits.check_checkpoint``)."""
-    table = load_catalog(config.catalog).load_table(stream.table)
-    snapshots, current = commits.pyiceberg_snapshots(table)
-    marker = commits.last_marker(snapshots, current, stream.writer_id)
+    marker = commits.table_marker(load_catalog(config.catalog), stream.table, stream.writer_id)
     state = commits.read_checkpoint(stream.checkpoint_path)
     commits.check_checkpoint(stream.table, stream.writer_id, stream.checkpoint_path, state, marker)
 
