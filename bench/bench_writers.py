@@ -16,7 +16,7 @@ ONE process and ONE SparkSession (``local[2]``, built by ``laketide.spark.build_
     Iceberg's own streaming sink: the same read, ``writeStream.format("iceberg").outputMode("append")
     .option("fanout-enabled", "true").toTable(...)`` into a table created beforehand exactly like the
     laketide events table (same columns, ``hours(event_time)`` hidden partitioning and
-    ``writer.EVENTS_PROPERTIES``). ``_batch_id`` is written as null: the native sink has no batch id.
+    ``writer.events_properties``). ``_batch_id`` is written as null: the native sink has no batch id.
 ``laketide``
     ``laketide.writer.start(spark, config, stream, "incremental")`` after ``ensure_tables``: parse and
     validate every line, split valid lines from rejects, per-batch stats and snapshot-summary markers,
@@ -319,7 +319,7 @@ class Bench:
 
     def _create_like_events(self, table: str) -> None:
         columns = ", ".join(f"`{n}` {writer.SPARK_TYPES[s.type]}" for n, s in self.base.fields.items())
-        props = ", ".join(f"'{k}'='{v}'" for k, v in writer.EVENTS_PROPERTIES.items())
+        props = ", ".join(f"'{k}'='{v}'" for k, v in writer.events_properties(self.base).items())
         self.spark.sql(
             f"CREATE TABLE {table} ({columns}, _source_file string, _batch_id bigint) USING iceberg "
             f"PARTITIONED BY (hours(`{self.base.event_time_field}`)) TBLPROPERTIES ({props})"

@@ -50,19 +50,21 @@ REJECTS_COLUMNS = (
 )
 CORRUPT = "_corrupt_record"
 UNPARSED = "_unparsed"
+LATEST = "_latest"
 WAP_ID = "wap.id"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
 
 def record_schema(stream: StreamConfig) -> StructType:
     """The typed record schema of a stream, plus Spark's corrupt-record column."""
-    from pyspark.sql.types import StructType, _parse_datatype_string
+    from pyspark.sql import types as T
 
-    schema = StructType()
-    for name, spec in stream.fields.items():
-        schema.add(name, _parse_datatype_string(SPARK_TYPES[spec.type]), nullable=True)
-    schema.add(CORRUPT, "string", nullable=True)
-    return schema
+    kinds: dict[str, T.DataType] = {
+        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
+        "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
+    }
+    fields = [T.StructField(name, kinds[spec.type], nullable=True) for name, spec in stream.fields.items()]
+    return T.StructType([*fields, T.StructField(CORRUPT, T.StringType(), nullable=True)])
 
 
 def _human(delta: timedelta) -> str:
@@ -73,8 +75,11 @@ def _human(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-def _reason(stream: StreamConfig, raw: Column, now: datetime) -> Column:
-    """First problem of a parsed line (columns of ``_parse``), or null when the line is a valid event."""
+def _reason(stream: StreamConfig, raw: Column, latest: Column) -> Column:
+    """First problem of a parsed line (columns of ``Validator.parse``), or null when the line is a valid event.
+
+    ``latest`` is the latest event time accepted: processing time + the stream's ``max_future``.
+    """
     from pyspark.sql import functions as F
 
     field = {name: F.col(name) for name in stream.fields}
@@ -112,10 +117,9 @@ def _reason(stream: StreamConfig, raw: Column, now: datetime) -> Column:
             checks.append(F.when(field[name].isNull(), F.lit(f"missing required field {name!r}")))
     event_time = field[stream.event_time_field]
     low = datetime.fromisoformat(stream.min_event_time)
-    high = now + stream.max_future
     checks.append(
         F.when(
-            (event_time < F.lit(low)) | (event_time > F.lit(high)),
+            (event_time < F.lit(low)) | (event_time > latest),
             F.concat(
                 F.lit(f"event time out of range [{low.isoformat()}, processing time + {_human(stream.max_future)}]: "),
                 F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ssXXX"),
@@ -126,7 +130,7 @@ def _reason(stream: StreamConfig, raw: Column, now: datetime) -> Column:
     # The usual line (an object, every field present and readable, no U+FFFD, event time in range) passes
     # every check above; this short test lets it skip them.
     plain = ~unparsed & bad_value.isNull() & raw.startswith("{")
-    plain = plain & (event_time >= F.lit(low)) & (event_time <= F.lit(high))
+    plain = plain & (event_time >= F.lit(low)) & (event_time <= latest)
     for column in field.values():
         plain = plain & column.isNotNull()
     for probe in replaced:
@@ -134,32 +138,45 @@ def _reason(stream: StreamConfig, raw: Column, now: datetime) -> Column:
     return F.when(~plain, F.coalesce(*checks))
 
 
-def _parse(lines: DataFrame, stream: StreamConfig) -> DataFrame:
-    """Parse each non-blank line once: the stream's fields, ``_corrupt_record`` (the line, when a value
-    could not be read), ``_unparsed`` (no JSON object at all), ``_raw`` and ``_source_file``."""
-    from pyspark.sql import functions as F
+class Validator:
+    """The parse and the checks of one stream's lines, as Spark expressions built once: building them takes
+    hundreds of py4j calls, too many to repeat for every micro-batch."""
 
-    raw = F.col("value")
-    parsed = F.from_json(raw, record_schema(stream), {
-        "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
-    })
-    # a line opening an object is never blank: only the others pay for the trim
-    not_blank = (F.octet_length(raw) > 0) & (raw.startswith("{") | (F.trim(raw) != ""))
-    with_struct = lines.where(not_blank).select(raw.alias("_raw"), F.col("_source_file"), parsed.alias("_p"))
-    p = F.col("_p")
-    return with_struct.select(
-        *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
-        F.col("_raw"), F.col("_source_file"),
-    )
+    def __init__(self, stream: StreamConfig) -> None:
+        from pyspark.sql import functions as F
 
+        self.stream = stream
+        raw = F.col("value")
+        # a line opening an object is never blank: only the others pay for the trim
+        self._not_blank = (F.octet_length(raw) > 0) & (raw.startswith("{") | (F.trim(raw) != ""))
+        self._read = [
+            raw.alias("_raw"), F.col("_source_file"),
+            F.from_json(raw, record_schema(stream), {
+                "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
+            }).alias("_p"),
+        ]
+        p = F.col("_p")
+        self._flat = [
+            *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
+            F.col("_raw"), F.col("_source_file"),
+        ]
+        self._checked = [
+            *[F.col(name) for name in stream.fields], F.col("_raw"), F.col("_source_file"),
+            _reason(stream, F.col("_raw"), F.col(LATEST)).alias("_error"),
+        ]
 
-def _check(parsed: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
-    """Add ``_error`` to the output of ``_parse``."""
-    from pyspark.sql import functions as F
+    def parse(self, lines: DataFrame, now: datetime) -> DataFrame:
+        """Parse each non-blank line once: the stream's fields, ``_corrupt_record`` (the line, when a value
+        could not be read), ``_unparsed`` (no JSON object at all), ``_raw``, ``_source_file`` and ``_latest``
+        (the latest event time accepted at processing time ``now``)."""
+        from pyspark.sql import functions as F
 
-    return parsed.select(
-        *stream.fields, F.col("_raw"), F.col("_source_file"), _reason(stream, F.col("_raw"), now).alias("_error")
-    )
+        latest = F.lit(now + self.stream.max_future).alias(LATEST)
+        return lines.where(self._not_blank).select(*self._read).select(*self._flat, latest)
+
+    def check(self, parsed: DataFrame) -> DataFrame:
+        """The output of ``parse`` with the checks' result, ``_error`` (null when the line is valid)."""
+        return parsed.select(*self._checked)
 
 
 def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
@@ -170,7 +187,8 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     :param now: processing time, the reference for rejecting event times from the future.
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
-    return _check(_parse(lines, stream), stream, now)
+    validator = Validator(stream)
+    return validator.check(validator.parse(lines, now))
 
 
 def valid_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int) -> DataFrame:
@@ -263,6 +281,7 @@ class BatchWriter:
         self.stream = stream
         self.catalog = load_catalog(config.catalog)
         self.prefix = config.catalog.name
+        self.validator = Validator(stream)
 
     def marker(self, table: str) -> commits.Marker | None:
         return commits.table_marker(self.catalog, table, self.stream.writer_id)
@@ -347,12 +366,12 @@ class BatchWriter:
         observation = Observation(f"laketide-{stream.name}-{batch_id}")
         # observed between parsing and the checks, so that the filter on the checks' result is not pushed
         # down into the parse (which would then run twice)
-        parsed = _parse(batch, stream).observe(
+        parsed = self.validator.parse(batch, now).observe(
             observation, F.count(F.lit(1)).alias("lines"), F.to_json(F.collect_set("_source_file")).alias("files"),
         )
         wap_id = f"{stream.writer_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(valid_rows(_check(parsed, stream, now), stream, batch_id), wap_id)
+        staged = self._stage(valid_rows(self.validator.check(parsed), stream, batch_id), wap_id)
         staged_at = time.monotonic()
         stats = observation.get
         lines, valid = int(stats.get("lines") or 0), staged.valid
@@ -392,7 +411,8 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         stream = self.stream
-        rejects = rejected_rows(parse_lines(batch, stream, now), stream, batch_id, now).cache()
+        checked = self.validator.check(self.validator.parse(batch, now))
+        rejects = rejected_rows(checked, stream, batch_id, now).cache()
         try:
             by_hour = {summary_key(r["event_hour"]): r["n"]
                        for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -407,11 +427,18 @@ class BatchWriter:
             rejects.unpersist()
 
 
+def events_properties(stream: StreamConfig) -> dict[str, str]:
+    """Table properties of a stream's events table (the rejects table has ``EVENTS_PROPERTIES``)."""
+    # the writer reads each batch's event-time range from the data files' bounds of this column
+    return {**EVENTS_PROPERTIES, f"write.metadata.metrics.column.{stream.event_time_field}": "full"}
+
+
 def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
     """Create the namespace, events table (hidden partition: hour of event time) and rejects table."""
     cat = config.catalog.name
     columns = ", ".join(f"`{n}` {SPARK_TYPES[s.type]}" for n, s in stream.fields.items())
-    props = ", ".join(f"'{k}'='{v}'" for k, v in EVENTS_PROPERTIES.items())
+    props, rejects_props = (", ".join(f"'{k}'='{v}'" for k, v in p.items())
+                            for p in (events_properties(stream), EVENTS_PROPERTIES))
     for ns in sorted({stream.table.split(".")[0], stream.rejects_table.split(".")[0]}):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{ns}")
     spark.sql(
@@ -420,7 +447,7 @@ def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamCon
     )
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {cat}.{stream.rejects_table} ({REJECTS_COLUMNS}) "
-        f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({props})"
+        f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({rejects_props})"
     )
 
 
