@@ -9,7 +9,7 @@ import yaml
 from laketide.catalog import jdbc_properties
 from laketide.config import DEFAULT_CONFIG, load_config, parse_duration
 from laketide.errors import ConfigError
-from tests.helpers import write_config
+from tests.helpers import STREAM_FIELDS, write_config
 
 
 def test_default_configuration_loads() -> None:
@@ -51,6 +51,7 @@ def test_sqlite_jdbc_uri_has_wal_and_busy_timeout(tmp_path: Path) -> None:
         ({"partition_period": "day"}, "streams.0.partition_period"),
         ({"unknown_key": 1}, "streams.0.unknown_key"),
         ({"writer_id": "has space"}, "streams.0.writer_id"),
+        ({"fields": {**STREAM_FIELDS, "_batch_id": {"type": "long"}}}, "field name '_batch_id' starts with '_'"),
     ],
 )
 def test_bad_setting_names_the_key(tmp_path: Path, overrides: dict[str, object], named: str) -> None:
