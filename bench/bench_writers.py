@@ -16,7 +16,7 @@ ONE process and ONE SparkSession (``local[2]``, built by ``laketide.spark.build_
     Iceberg's own streaming sink: the same read, ``writeStream.format("iceberg").outputMode("append")
     .option("fanout-enabled", "true").toTable(...)`` into a table created beforehand exactly like the
     laketide events table (same columns, ``hours(event_time)`` hidden partitioning and
-    ``writer.events_properties``). ``_batch_id`` is written as null: the native sink has no batch id.
+    ``writer.create_events_table``). ``_batch_id`` is written as null: the native sink has no batch id.
 ``laketide``
     ``laketide.writer.start(spark, config, stream, "incremental")`` after ``ensure_tables``: parse and
     validate every line, split valid lines from rejects, per-batch stats and snapshot-summary markers,
@@ -317,18 +317,11 @@ class Bench:
         self._check(f"parquet {tag}", {"rows": row["n"], "rows with an event time": row["t"]}, lines)
         return seconds, progress, []
 
-    def _create_like_events(self, table: str) -> None:
-        columns = ", ".join(f"`{n}` {writer.SPARK_TYPES[s.type]}" for n, s in self.base.fields.items())
-        props = ", ".join(f"'{k}'='{v}'" for k, v in writer.events_properties(self.base).items())
-        self.spark.sql(
-            f"CREATE TABLE {table} ({columns}, _source_file string, _batch_id bigint) USING iceberg "
-            f"PARTITIONED BY (hours(`{self.base.event_time_field}`)) TBLPROPERTIES ({props})"
-        )
 
     def _native(self, tag: str, landing_path: Path, lines: int) -> Outcome:
         folder = self._folder(tag, "native")
         table = f"{self.cat}.{NAMESPACE}.native_{tag}"
-        self._create_like_events(table)
+        writer.create_events_table(self.spark, table, self.base)
         seconds, progress = self._timed(
             lambda: self._read(landing_path).writeStream.format("iceberg")
             .outputMode("append")

@@ -50,6 +50,12 @@ def partition_key(dt: datetime) -> str:
 
 #: the period of a partition
 HOUR = timedelta(hours=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def from_epoch_hours(hours: int) -> datetime:
+    """The hour start of an Iceberg ``hours`` transform value (hours since the Unix epoch)."""
+    return EPOCH + hours * HOUR
 
 
 def hour_start(value: datetime) -> datetime:

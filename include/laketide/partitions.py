@@ -16,7 +16,7 @@ from typing import Any
 from laketide.catalog import load_catalog
 from laketide.commits import PARTITION_ROWS, WATERMARK, WRITER_ID
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.landing import HOUR, hour_start, partition_key
+from laketide.landing import HOUR, from_epoch_hours, hour_start, partition_key
 from laketide.snapshots import Snap, TableNotFoundError, lineage
 
 
@@ -243,5 +243,5 @@ def partition_rows(config: LaketideConfig, stream: StreamConfig) -> dict[datetim
     for record in table.inspect.partitions().to_pylist():
         hour = next(iter(record["partition"].values()))
         if hour is not None:
-            rows[datetime(1970, 1, 1, tzinfo=UTC) + hour * HOUR] = int(record["record_count"])
+            rows[from_epoch_hours(hour)] = int(record["record_count"])
     return rows

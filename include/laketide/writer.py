@@ -20,20 +20,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from laketide import commits, faults
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.landing import data_dir, partition_key
+from laketide.landing import EPOCH, data_dir, from_epoch_hours, partition_key
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger("laketide.writer")
 
 Mode = Literal["continuous", "incremental"]
-SPARK_TYPES = {
-    "string": "string", "long": "bigint", "int": "int", "double": "double",
-    "boolean": "boolean", "timestamp": "timestamp",
-}
 EVENTS_PROPERTIES = {
     "format-version": "2",
     # no shuffle before the write: a fanout writer keeps one file open per hour instead
@@ -55,15 +51,21 @@ WAP_ID = "wap.id"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
 
+def spark_type(kind: str) -> DataType:
+    """The Spark type of a field type of the configuration (``FieldSpec.type``)."""
+    from pyspark.sql import types as T
+
+    return {
+        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
+        "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
+    }[kind]
+
+
 def record_schema(stream: StreamConfig) -> StructType:
     """The typed record schema of a stream, plus Spark's corrupt-record column."""
     from pyspark.sql import types as T
 
-    kinds: dict[str, T.DataType] = {
-        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
-        "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
-    }
-    fields = [T.StructField(name, kinds[spec.type], nullable=True) for name, spec in stream.fields.items()]
+    fields = [T.StructField(name, spark_type(spec.type), nullable=True) for name, spec in stream.fields.items()]
     return T.StructType([*fields, T.StructField(CORRUPT, T.StringType(), nullable=True)])
 
 
@@ -178,6 +180,10 @@ class Validator:
         """The output of ``parse`` with the checks' result, ``_error`` (null when the line is valid)."""
         return parsed.select(*self._checked)
 
+    def parse_lines(self, lines: DataFrame, now: datetime) -> DataFrame:
+        """``check(parse(lines, now))``: see the module function ``parse_lines``."""
+        return self.check(self.parse(lines, now))
+
 
 def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
     """Parse and validate landing lines.
@@ -187,8 +193,7 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     :param now: processing time, the reference for rejecting event times from the future.
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
-    validator = Validator(stream)
-    return validator.check(validator.parse(lines, now))
+    return Validator(stream).parse_lines(lines, now)
 
 
 def valid_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int) -> DataFrame:
@@ -235,7 +240,7 @@ def _iso(value: datetime | None) -> str | None:
 def _from_micros(value: Any) -> datetime | None:
     if value is None:
         return None
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(value))
+    return EPOCH + timedelta(microseconds=int(value))
 
 
 def _later(*values: str | None) -> str | None:
@@ -322,7 +327,7 @@ class BatchWriter:
             staged.data_files.append(data_file)
             count = int(data_file.recordCount())
             hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
-            key = "unknown" if hour is None else partition_key(datetime.fromtimestamp(hour * 3600, UTC))
+            key = summary_key(None if hour is None else from_epoch_hours(hour))
             staged.rows[key] = staged.rows.get(key, 0) + count
             if count == 0:
                 continue
@@ -411,8 +416,7 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         stream = self.stream
-        checked = self.validator.check(self.validator.parse(batch, now))
-        rejects = rejected_rows(checked, stream, batch_id, now).cache()
+        rejects = rejected_rows(self.validator.parse_lines(batch, now), stream, batch_id, now).cache()
         try:
             by_hour = {summary_key(r["event_hour"]): r["n"]
                        for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -433,21 +437,27 @@ def events_properties(stream: StreamConfig) -> dict[str, str]:
     return {**EVENTS_PROPERTIES, f"write.metadata.metrics.column.{stream.event_time_field}": "full"}
 
 
+def create_events_table(spark: SparkSession, name: str, stream: StreamConfig) -> None:
+    """Create ``name`` (``catalog.namespace.table``) as the events table of ``stream`` unless it exists:
+    the stream's fields, ``_source_file``, ``_batch_id``, hidden partition by hour of event time."""
+    columns = ", ".join(f"`{n}` {spark_type(s.type).simpleString()}" for n, s in stream.fields.items())
+    props = ", ".join(f"'{k}'='{v}'" for k, v in events_properties(stream).items())
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {name} ({columns}, _source_file string, _batch_id bigint) "
+        f"USING iceberg PARTITIONED BY (hours(`{stream.event_time_field}`)) TBLPROPERTIES ({props})"
+    )
+
+
 def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
     """Create the namespace, events table (hidden partition: hour of event time) and rejects table."""
     cat = config.catalog.name
-    columns = ", ".join(f"`{n}` {SPARK_TYPES[s.type]}" for n, s in stream.fields.items())
-    props, rejects_props = (", ".join(f"'{k}'='{v}'" for k, v in p.items())
-                            for p in (events_properties(stream), EVENTS_PROPERTIES))
     for ns in sorted({stream.table.split(".")[0], stream.rejects_table.split(".")[0]}):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{ns}")
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {cat}.{stream.table} ({columns}, _source_file string, _batch_id bigint) "
-        f"USING iceberg PARTITIONED BY (hours(`{stream.event_time_field}`)) TBLPROPERTIES ({props})"
-    )
+    create_events_table(spark, f"{cat}.{stream.table}", stream)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in EVENTS_PROPERTIES.items())
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {cat}.{stream.rejects_table} ({REJECTS_COLUMNS}) "
-        f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({rejects_props})"
+        f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({props})"
     )
 
 
