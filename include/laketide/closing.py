@@ -40,7 +40,14 @@ def parse_hour(value: str | datetime) -> datetime:
     if dt.tzinfo is None:
         raise ValueError(f"partition {value!s} has no UTC offset: write e.g. 2026-11-22T03:00:00+00:00")
     return hour_start(dt)
-    return dt
+
+
+def record_decision(config: LaketideConfig, decision: dict[str, Any], run_id: str | None) -> None:
+    """Record the sensor's decision about a partition (``PartitionStatus.to_dict()``) in the status table."""
+    record(config, StatusRecord(
+        decision["stream"], parse_hour(decision["partition"]), State(decision["state"]), rows=decision["rows"],
+        snapshot_id=decision["snapshot_id"], reason=decision["reason"], run_id=run_id,
+    ))
 
 
 def verify(config: LaketideConfig, stream: StreamConfig, partition: datetime, run_id: str | None = None,
@@ -50,10 +57,7 @@ def verify(config: LaketideConfig, stream: StreamConfig, partition: datetime, ru
     :raises VerificationFailed: with the numbers in the message; nothing is closed.
     """
     if decision is not None:
-        record(config, StatusRecord(
-            stream.name, partition, State(decision["state"]), rows=decision.get("rows"),
-            snapshot_id=decision.get("snapshot_id"), reason=decision.get("reason"), run_id=run_id,
-        ))
+        record_decision(config, decision, run_id)
     result = verify_partition(config, stream, partition)
     state = State.VERIFIED if result.success else State.FAILED
     record(config, _record(stream, partition, state, result, run_id))

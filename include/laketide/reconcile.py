@@ -13,11 +13,14 @@ import argparse
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.landing import partition_key, partition_totals, published_files, read_audits
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 UNATTRIBUTED = "unattributed"
 
@@ -61,11 +64,9 @@ def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[s
     return counts, {k: v for k, v in ids.items() if v > 1}, files
 
 
-def reject_counts(
-    config: LaketideConfig, stream: StreamConfig, audits: dict[str, dict[str, Any]]
-) -> tuple[Counter[str], set[str]]:
-    """Rejected rows per partition, attributed through each row's source-file audit record."""
-    table = load_catalog(config.catalog).load_table(stream.rejects_table)
+def reject_counts(table: Table, audits: dict[str, dict[str, Any]]) -> tuple[Counter[str], set[str]]:
+    """Rejected rows per partition of a rejects ``table``, attributed through each row's source-file audit
+    record, and the source files of the rejects."""
     data = table.scan(selected_fields=("source_file", "event_hour")).to_arrow().to_pylist()
     counts: Counter[str] = Counter()
     files = {row["source_file"] for row in data}
@@ -85,7 +86,8 @@ def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
     """Compare, per partition, the audit records of the files the writer ingested with both tables."""
     audits = read_audits(stream.landing_path)
     lake, duplicates, lake_files = lake_counts(config, stream)
-    rejects, reject_files = reject_counts(config, stream, audits)
+    rejects_table = load_catalog(config.catalog).load_table(stream.rejects_table)
+    rejects, reject_files = reject_counts(rejects_table, audits)
     ingested = lake_files | reject_files
     published = published_files(stream.landing_path)
     expected = partition_totals(audits, ingested)

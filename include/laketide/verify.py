@@ -264,13 +264,13 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     start = hour_start(partition)
     key = partition_key(start)
     table = _load(config, stream.table, stream)
-    _load(config, stream.rejects_table, stream)
+    rejects_table = _load(config, stream.rejects_table, stream)
     snapshot_id = _snapshot(table, stream.table, snapshot_id)
 
     audits = read_audits(stream.landing_path)
     published = published_files(stream.landing_path)
     audit = partition_totals(audits, published).get(key, 0)
-    rejected, reject_files = reject_counts(config, stream, audits)
+    rejected, reject_files = reject_counts(rejects_table, audits)
     rejects = rejected[key]
 
     rows = lake_rows(table, stream, start, snapshot_id)

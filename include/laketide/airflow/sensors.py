@@ -82,12 +82,7 @@ class PartitionCompletionSensor(BaseSensorOperator):
         return event
 
     def _record_gap(self, event: dict[str, Any], context: Any) -> None:
-        from laketide.closing import parse_hour
+        from laketide.closing import record_decision
         from laketide.config import get_config
-        from laketide.partitions import State
-        from laketide.status import StatusRecord, record
 
-        record(get_config(self._config_path()), StatusRecord(
-            event["stream"], parse_hour(event["partition"]), State.GAP, rows=event["rows"],
-            snapshot_id=event["snapshot_id"], reason=event["reason"], run_id=context["run_id"],
-        ))
+        record_decision(get_config(self._config_path()), event, context["run_id"])
