@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laketide.writer import parse_lines, rejected_rows, valid_rows
+from laketide.writer import Validator, batch_files, parse_lines, rejected_rows
 from tests.helpers import load, write_config
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
@@ -47,11 +47,14 @@ def test_every_bad_line_gets_one_reason(spark, stream) -> None:  # type: ignore[
 
 
 def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # type: ignore[no-untyped-def]
+    """The staged write gets one row per line: valid events, and rejects with a null event time (the null
+    hour partition the writer counts as rejects and never publishes); the rejects pass finds the same lines."""
     df = spark.createDataFrame([(line, "f.jsonl") for line, _ in CASES], "value string, _source_file string")
-    parsed = parse_lines(df, stream, NOW)
-    good = valid_rows(parsed, stream, batch_id=7).collect()
-    bad = rejected_rows(parsed, stream, 7, NOW).collect()
-    assert len(good) + len(bad) == len(CASES)
+    validator = Validator(stream)
+    staged = validator.staged_rows(validator.parse(df, NOW), batch_id=7).collect()
+    good = [r for r in staged if r["event_time"] is not None]
+    bad = rejected_rows(parse_lines(df, stream, NOW), stream, 7, NOW).collect()
+    assert len(staged) == len(CASES) and len(staged) - len(good) == len(bad)
     assert [g["event_id"] for g in good] == ["a"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
@@ -60,6 +63,21 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     by_raw = {b["raw"]: b for b in bad}
     assert by_raw[CASES[1][0]]["event_hour"] is not None
     assert by_raw["garbage"]["event_hour"] is None
+
+
+def test_batch_files_come_from_the_plan(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The landing files of a batch are named from its file scan, without a pass over the rows: every file
+    read, once, by name, including one holding only a blank line; a batch without a file scan is refused."""
+    from pyspark.sql import functions as F
+
+    names = ["a-1.jsonl", "b-2.jsonl", "c-3.jsonl"]
+    for i, name in enumerate(names):
+        (tmp_path / name).write_text("\n" if i == 2 else f"{GOOD}\n" * (i + 1))
+    lines = spark.read.text(str(tmp_path)).select("value", F.col("_metadata.file_name").alias("_source_file"))
+    assert batch_files(lines) == names
+    assert batch_files(lines.where("value != ''")) == names
+    with pytest.raises(RuntimeError, match="FileScanRDD.*landing files"):
+        batch_files(spark.createDataFrame([(GOOD, "f.jsonl")], "value string, _source_file string"))
 
 
 def test_bytes_read_from_a_landing_file(spark, stream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

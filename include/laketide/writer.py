@@ -48,6 +48,7 @@ CORRUPT = "_corrupt_record"
 UNPARSED = "_unparsed"
 LATEST = "_latest"
 WAP_ID = "wap.id"
+FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
 
@@ -77,22 +78,46 @@ def _human(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-def _reason(stream: StreamConfig, raw: Column, latest: Column) -> Column:
-    """First problem of a parsed line (columns of ``Validator.parse``), or null when the line is a valid event.
+def _valid(stream: StreamConfig, raw: Column, latest: Column) -> Column:
+    """True when a parsed line (columns of ``Validator.parse``) is a valid event, else false.
 
-    ``latest`` is the latest event time accepted: processing time + the stream's ``max_future``.
+    Only expressions Spark compiles into the batch's generated code (no JSON function): the pass that
+    stages the valid rows evaluates it on every line. A line is valid when it parsed into an object with
+    every value readable, every required field present, an event time in range
+    (``[min_event_time, latest]``; ``latest`` is processing time + ``max_future``) and, when a string
+    value holds U+FFFD, a line that is valid UTF-8.
+    """
+    from pyspark.sql import functions as F
+
+    event_time = F.col(stream.event_time_field)
+    low = datetime.fromisoformat(stream.min_event_time)
+    valid = ~F.col(UNPARSED) & F.col(CORRUPT).isNull() & (raw.startswith("{") | F.ltrim(raw).startswith("{"))
+    for name, spec in stream.fields.items():
+        if spec.required:
+            valid = valid & F.col(name).isNotNull()
+    valid = valid & (event_time >= F.lit(low)) & (event_time <= latest)
+    # The text source keeps raw bytes; the JSON reader decodes an invalid sequence inside a string value
+    # to U+FFFD. Only then is the exact test run: re-encoding through a Java string changes such a line.
+    replaced = [F.col(n).contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
+    if replaced:
+        suspicious = replaced[0]
+        for probe in replaced[1:]:
+            suspicious = suspicious | probe
+        valid = valid & ~(suspicious & (raw.cast("binary") != F.encode(raw, "UTF-8")))
+    return valid
+
+
+def _reason(stream: StreamConfig, raw: Column, latest: Column, valid: Column) -> Column:
+    """First problem of a parsed line that ``_valid`` refuses, or null for a valid line.
+
+    Every line ``_valid`` refuses gets a reason: the checks below cover each of its conditions.
     """
     from pyspark.sql import functions as F
 
     field = {name: F.col(name) for name in stream.fields}
     unparsed, bad_value = F.col(UNPARSED), F.col(CORRUPT)
-    # Valid lines must stay cheap: every expensive probe (a second JSON parse) sits behind a cheap
-    # condition on the parsed fields, and And short-circuits left to right.
     corrupt = unparsed | bad_value.isNotNull()
     opens_object = raw.startswith("{") | F.ltrim(raw).startswith("{")
-    # The text source keeps raw bytes. The JSON reader decodes an invalid sequence to U+FFFD, inside a
-    # string value (found in the parsed strings) or elsewhere (the line does not parse). Only then is the
-    # exact test run: re-encoding through a Java string changes a line with invalid bytes.
     replaced = [field[n].contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
     suspicious = corrupt
     for probe in replaced:
@@ -112,7 +137,8 @@ def _reason(stream: StreamConfig, raw: Column, latest: Column) -> Column:
         mentioned = F.instr(raw, f'"{name}"') > 0
         present = F.get_json_object(raw, f"$.{name}").isNotNull()
         checks.append(
-            F.when(field[name].isNull() & mentioned & present, F.lit(f"field {name!r} is not a valid {spec.type}"))
+            F.when(corrupt & field[name].isNull() & mentioned & present,
+                   F.lit(f"field {name!r} is not a valid {spec.type}"))
         )
     for name, spec in stream.fields.items():
         if spec.required:
@@ -129,15 +155,7 @@ def _reason(stream: StreamConfig, raw: Column, latest: Column) -> Column:
         )
     )
     checks.append(F.when(bad_value.isNotNull(), F.lit("malformed record")))
-    # The usual line (an object, every field present and readable, no U+FFFD, event time in range) passes
-    # every check above; this short test lets it skip them.
-    plain = ~unparsed & bad_value.isNull() & raw.startswith("{")
-    plain = plain & (event_time >= F.lit(low)) & (event_time <= latest)
-    for column in field.values():
-        plain = plain & column.isNotNull()
-    for probe in replaced:
-        plain = plain & ~probe
-    return F.when(~plain, F.coalesce(*checks))
+    return F.when(~valid, F.coalesce(*checks))
 
 
 class Validator:
@@ -162,9 +180,15 @@ class Validator:
             *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
             F.col("_raw"), F.col("_source_file"),
         ]
+        valid = _valid(stream, F.col("_raw"), F.col(LATEST))
         self._checked = [
             *[F.col(name) for name in stream.fields], F.col("_raw"), F.col("_source_file"),
-            _reason(stream, F.col("_raw"), F.col(LATEST)).alias("_error"),
+            _reason(stream, F.col("_raw"), F.col(LATEST), valid).alias("_error"),
+        ]
+        time_field = stream.event_time_field
+        self._staged = [
+            *[F.when(valid, F.col(n)).alias(n) if n == time_field else F.col(n) for n in stream.fields],
+            F.col("_source_file"),
         ]
 
     def parse(self, lines: DataFrame, now: datetime) -> DataFrame:
@@ -184,6 +208,15 @@ class Validator:
         """``check(parse(lines, now))``: see the module function ``parse_lines``."""
         return self.check(self.parse(lines, now))
 
+    def staged_rows(self, parsed: DataFrame, batch_id: int) -> DataFrame:
+        """Rows of the events table's staged write, one per line of ``parse``: the stream's fields plus the
+        lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
+        partition: the writer never publishes those files and reads the number of rejects from them.
+        No filter, no JSON function: the valid/rejected split costs one compiled test per line."""
+        from pyspark.sql import functions as F
+
+        return parsed.select(*self._staged, F.lit(batch_id).cast("bigint").alias("_batch_id"))
+
 
 def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
     """Parse and validate landing lines.
@@ -194,15 +227,6 @@ def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFr
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
     return Validator(stream).parse_lines(lines, now)
-
-
-def valid_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int) -> DataFrame:
-    """Rows for the events table: the stream's fields plus lineage columns."""
-    from pyspark.sql import functions as F
-
-    return parsed.where(F.col("_error").isNull()).select(
-        *stream.fields, "_source_file", F.lit(batch_id).cast("bigint").alias("_batch_id")
-    )
 
 
 def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime) -> DataFrame:
@@ -255,8 +279,9 @@ class Staged:
 
     table: Any  # the Java Iceberg table it was found in (py4j)
     snapshot_id: int
-    data_files: list[Any]  # Java DataFile objects (py4j), to publish
-    rows: dict[str, int]  # rows per partition key
+    data_files: list[Any]  # Java DataFile objects (py4j) of the valid rows, to publish
+    rows: dict[str, int]  # valid rows per partition key
+    rejected: int  # rows in the null hour partition: the batch's rejected lines (never published)
     min_event_time: int | None  # epoch microseconds, from the files' column bounds
     max_event_time: int | None
 
@@ -265,17 +290,45 @@ class Staged:
         return sum(self.rows.values())
 
 
+def batch_files(batch: DataFrame) -> list[str]:
+    """Names of the landing files a micro-batch reads (as ``_metadata.file_name``), from its plan.
+
+    Spark lists them in the file scan it planned for the batch; reading them there costs no pass over the
+    rows. Raises when the plan holds no file scan (a Spark whose plans differ from 3.5's)."""
+    pending = [batch._jdf.queryExecution().toRdd()]
+    names: set[str] = set()
+    scans = 0
+    while pending:
+        rdd = pending.pop()
+        if rdd.getClass().getName() == FILE_SCAN_RDD:
+            scans += 1
+            partitions = rdd.filePartitions()
+            for i in range(partitions.size()):
+                names.update(str(f.toPath().getName()) for f in partitions.apply(i).files())
+        dependencies = rdd.dependencies().iterator()
+        while dependencies.hasNext():
+            pending.append(dependencies.next().rdd())
+    if not scans:
+        raise RuntimeError(
+            f"no {FILE_SCAN_RDD} in the plan of the micro-batch: cannot name its landing files "
+            "(laketide reads them from Spark 3.5's file scan; check the pyspark version in requirements.txt)"
+        )
+    return sorted(names)
+
+
 class BatchWriter:
     """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
 
-    1. pre-commit: the valid rows are written in ONE pass over the batch as a *staged* Iceberg snapshot
-       (write-audit-publish: data files and manifests exist, the table does not show them). The same pass
-       counts the batch's lines and names its files; the rows per partition and the event-time range are
-       read from the staged data files' metadata (record counts, column bounds);
-    2. the rejects (lines - valid rows), if any, are committed to the rejects table (a second pass, only for
-       batches with rejects);
-    3. commit: one atomic catalog swap publishes the staged files to the events table with the full
-       summary (writer id, batch id, source files, rows per partition, event-time range, watermark).
+    1. pre-commit: every line is written in ONE pass over the batch as a *staged* Iceberg snapshot
+       (write-audit-publish: data files and manifests exist, the table does not show them), the rejected
+       ones with a null event time (``Validator.staged_rows``). The valid rows per partition, the number of
+       rejects (the null partition) and the event-time range are read from the staged data files'
+       metadata (record counts, column bounds); the batch's files from its plan (``batch_files``);
+    2. the rejects, if any, are committed to the rejects table (a second pass, only for batches with
+       rejects);
+    3. commit: one atomic catalog swap publishes the staged files of the valid rows (never those of the
+       null partition) to the events table with the full summary (writer id, batch id, source files,
+       rows per partition, event-time range, watermark).
 
     A replayed batch already committed is skipped (``commits.should_write``); a staged snapshot whose
     batch never got published is invisible, and its files are orphans for the cleaner.
@@ -320,14 +373,17 @@ class BatchWriter:
         field_id, field_type = time_field.fieldId(), time_field.type()
         conversions = jvm.org.apache.iceberg.types.Conversions
         integer = jvm.java.lang.Class.forName("java.lang.Integer")
-        staged = Staged(table, int(snapshot.snapshotId()), [], {}, None, None)
+        staged = Staged(table, int(snapshot.snapshotId()), [], {}, 0, None, None)
         it = snapshot.addedDataFiles(table.io()).iterator()
         while it.hasNext():
             data_file = it.next()
-            staged.data_files.append(data_file)
             count = int(data_file.recordCount())
             hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
-            key = summary_key(None if hour is None else from_epoch_hours(hour))
+            if hour is None:  # rejected lines (see Validator.staged_rows)
+                staged.rejected += count
+                continue
+            staged.data_files.append(data_file)
+            key = summary_key(from_epoch_hours(hour))
             staged.rows[key] = staged.rows.get(key, 0) + count
             if count == 0:
                 continue
@@ -357,9 +413,6 @@ class BatchWriter:
         return int(staged.table.currentSnapshot().snapshotId())
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
         faults.maybe_pause("batch_start", batch_id)
         started = time.monotonic()
         stream = self.stream
@@ -368,22 +421,12 @@ class BatchWriter:
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
         now = datetime.now(UTC).replace(microsecond=0)
-        observation = Observation(f"laketide-{stream.name}-{batch_id}")
-        # observed between parsing and the checks, so that the filter on the checks' result is not pushed
-        # down into the parse (which would then run twice)
-        parsed = self.validator.parse(batch, now).observe(
-            observation, F.count(F.lit(1)).alias("lines"), F.to_json(F.collect_set("_source_file")).alias("files"),
-        )
+        files = batch_files(batch)
         wap_id = f"{stream.writer_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(valid_rows(self.validator.check(parsed), stream, batch_id), wap_id)
+        staged = self._stage(self.validator.staged_rows(self.validator.parse(batch, now), batch_id), wap_id)
         staged_at = time.monotonic()
-        stats = observation.get
-        lines, valid = int(stats.get("lines") or 0), staged.valid
-        rejected = lines - valid
-        if rejected < 0:
-            raise RuntimeError(f"batch {batch_id}: {valid} rows staged from {lines} lines of {stream.landing_path}")
-        files = sorted(json.loads(stats.get("files") or "[]"))
+        valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
 
         batch_max = _iso(_from_micros(staged.max_event_time))
@@ -423,7 +466,8 @@ class BatchWriter:
             if sum(by_hour.values()) != expected:
                 raise RuntimeError(
                     f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
-                    "(lines - valid rows): the two passes over the batch disagree; nothing was committed"
+                    "(rows staged in the null hour partition): the two passes over the batch disagree; "
+                    "nothing was committed"
                 )
             props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
             self._append(rejects, stream.rejects_table, props)
