@@ -7,6 +7,7 @@ DataFrame transform (parse + validate, one reason per bad line), and :class:`Bat
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import signal
@@ -195,11 +196,7 @@ class Validator:
             *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
             F.col("_raw"), F.col("_source_file"),
         ]
-        valid = _valid(stream, F.col("_raw"), F.col(LATEST))
-        self._checked = [
-            *[F.col(name) for name in stream.fields], F.col("_raw"), F.col("_source_file"),
-            _reason(stream, F.col("_raw"), F.col(LATEST), valid).alias("_error"),
-        ]
+        self._valid = valid = _valid(stream, F.col("_raw"), F.col(LATEST))
         time_field = stream.event_time_field
         self._staged = [
             *[F.when(valid, F.col(n)).alias(n) if n == time_field else F.col(n) for n in stream.fields],
@@ -216,6 +213,16 @@ class Validator:
         latest = F.timestamp_micros(batch_parameter(latest_micros)).alias(LATEST)
         return lines.where(self._not_blank).select(*self._read).select(*self._flat, latest)
 
+    @functools.cached_property
+    def _checked(self) -> list[Column]:
+        # built on first use: only batches with rejects need the reasons
+        from pyspark.sql import functions as F
+
+        return [
+            *[F.col(name) for name in self.stream.fields], F.col("_raw"), F.col("_source_file"),
+            _reason(self.stream, F.col("_raw"), F.col(LATEST), self._valid).alias("_error"),
+        ]
+
     def check(self, parsed: DataFrame) -> DataFrame:
         """The output of ``parse`` with the checks' result, ``_error`` (null when the line is valid)."""
         return parsed.select(*self._checked)
@@ -229,7 +236,6 @@ class Validator:
         lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
         partition: the writer never publishes those files and reads the number of rejects from them.
         No filter, no JSON function: the valid/rejected split costs one compiled test per line."""
-
         return parsed.select(*self._staged, batch_parameter(batch_id).alias("_batch_id"))
 
 
