@@ -38,8 +38,6 @@ EVENTS_PROPERTIES = {
     "write.spark.fanout.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
-    # pre-commit = a staged snapshot (write-audit-publish) when the writer sets spark.wap.id
-    "write.wap.enabled": "true",
 }
 REJECTS_COLUMNS = (
     "raw string, reason string, source_file string, event_hour timestamp, "
@@ -48,7 +46,9 @@ REJECTS_COLUMNS = (
 CORRUPT = "_corrupt_record"
 UNPARSED = "_unparsed"
 LATEST = "_latest"
-WAP_ID = "wap.id"
+# Iceberg's write option for writes whose files are committed by the caller (its compaction uses it): the
+# data files are written, then handed to FileRewriteCoordinator under this id instead of being committed
+UNCOMMITTED_FILE_SET = "rewritten-file-scan-task-set-id"
 FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
@@ -296,10 +296,9 @@ def _later(*values: str | None) -> str | None:
 
 @dataclass
 class Staged:
-    """A staged (invisible) snapshot of the events table and what its data files hold."""
+    """The data files written by a batch's pre-commit, not yet in any snapshot, and what they hold."""
 
-    table: Any  # the Java Iceberg table it was found in (py4j)
-    snapshot_id: int
+    table: Any  # the Java Iceberg table, loaded after the write (py4j)
     data_files: list[Any]  # Java DataFile objects (py4j) of the valid rows, to publish
     rows: dict[str, int]  # valid rows per partition key
     rejected: int  # rows in the null hour partition: the batch's rejected lines (never published)
@@ -340,19 +339,19 @@ def batch_files(batch: DataFrame) -> list[str]:
 class BatchWriter:
     """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
 
-    1. pre-commit: every line is written in ONE pass over the batch as a *staged* Iceberg snapshot
-       (write-audit-publish: data files and manifests exist, the table does not show them), the rejected
-       ones with a null event time (``Validator.staged_rows``). The valid rows per partition, the number of
-       rejects (the null partition) and the event-time range are read from the staged data files'
-       metadata (record counts, column bounds); the batch's files from its plan (``batch_files``);
+    1. pre-commit: every line is written in ONE pass over the batch as data files of the events table that
+       no snapshot references yet (the Spark write hands them back instead of committing them), the
+       rejected ones with a null event time (``Validator.staged_rows``). The valid rows per partition, the
+       number of rejects (the null partition) and the event-time range are read from the files' metadata
+       (record counts, column bounds); the batch's landing files from its plan (``batch_files``);
     2. the rejects, if any, are committed to the rejects table (a second pass, only for batches with
        rejects);
-    3. commit: one atomic catalog swap publishes the staged files of the valid rows (never those of the
-       null partition) to the events table with the full summary (writer id, batch id, source files,
-       rows per partition, event-time range, watermark).
+    3. commit: one atomic catalog swap appends the data files of the valid rows to the events table with
+       the full summary (writer id, batch id, source files, rows per partition, event-time range,
+       watermark). The files of the null partition are deleted, never committed.
 
-    A replayed batch already committed is skipped (``commits.should_write``); a staged snapshot whose
-    batch never got published is invisible, and its files are orphans for the cleaner.
+    A replayed batch already committed is skipped (``commits.should_write``); the files of a batch killed
+    before its commit are in no snapshot: orphans for the cleaner.
     """
 
     def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
@@ -371,37 +370,34 @@ class BatchWriter:
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.append()
 
-    def _stage(self, df: DataFrame, wap_id: str) -> Staged:
-        """Write ``df`` as a staged snapshot of the events table; read back what its data files hold."""
+    def _stage(self, df: DataFrame, file_set: str) -> Staged:
+        """Write ``df`` as data files of the events table without committing them; return what they hold."""
         spark = df.sparkSession
         name = f"{self.prefix}.{self.stream.table}"
-        spark.conf.set("spark.wap.id", wap_id)
-        try:
-            df.writeTo(name).append()
-        finally:
-            spark.conf.unset("spark.wap.id")
+        df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
         jvm: Any = spark._jvm
         table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
-        snapshots = table.snapshots()  # in commit order: the staged one is last unless others committed since
-        for i in range(snapshots.size() - 1, -1, -1):
-            snapshot = snapshots.get(i)
-            if snapshot.summary().get(WAP_ID) == wap_id:
-                return self._read_staged(jvm, table, snapshot)
-        raise RuntimeError(f"staged snapshot {wap_id} not found in {self.stream.table}")
+        coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        try:
+            written = coordinator.fetchNewFiles(table, file_set)  # raises when the write handed back nothing
+        finally:
+            coordinator.clearRewrite(table, file_set)
+        return self._read_staged(jvm, table, written)
 
-    def _read_staged(self, jvm: Any, table: Any, snapshot: Any) -> Staged:
+    def _read_staged(self, jvm: Any, table: Any, written: Any) -> Staged:
         time_field = table.schema().findField(self.stream.event_time_field)
         field_id, field_type = time_field.fieldId(), time_field.type()
         conversions = jvm.org.apache.iceberg.types.Conversions
         integer = jvm.java.lang.Class.forName("java.lang.Integer")
-        staged = Staged(table, int(snapshot.snapshotId()), [], {}, 0, None, None)
-        it = snapshot.addedDataFiles(table.io()).iterator()
+        staged = Staged(table, [], {}, 0, None, None)
+        it = written.iterator()
         while it.hasNext():
             data_file = it.next()
             count = int(data_file.recordCount())
             hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
-            if hour is None:  # rejected lines (see Validator.staged_rows)
+            if hour is None:  # rejected lines (see Validator.staged_rows): counted, then deleted
                 staged.rejected += count
+                table.io().deleteFile(data_file.location())
                 continue
             staged.data_files.append(data_file)
             key = summary_key(from_epoch_hours(hour))
@@ -423,7 +419,7 @@ class BatchWriter:
         return staged
 
     def _publish(self, staged: Staged, props: dict[str, str]) -> int:
-        """Append the staged data files to the events table in one commit carrying the full summary;
+        """Append the batch's data files to the events table in one commit carrying the full summary;
         return the new snapshot id."""
         append = staged.table.newFastAppend()
         for data_file in staged.data_files:
@@ -443,9 +439,9 @@ class BatchWriter:
             return
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
-        wap_id = f"{stream.writer_id}:{batch_id}:{uuid.uuid4().hex[:12]}"
+        file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(self.validator.staged_rows(self.validator.parse(batch, now), batch_id), wap_id)
+        staged = self._stage(self.validator.staged_rows(self.validator.parse(batch, now), batch_id), file_set)
         staged_at = time.monotonic()
         valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
