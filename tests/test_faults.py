@@ -31,7 +31,7 @@ def marker_batch(config_path: Path, table_attr: str = "table") -> int | None:
 @pytest.mark.parametrize(
     ("point", "events_batch", "rejects_batch", "spark_committed"),
     [
-        # killed after the pre-commit (valid rows staged as an invisible snapshot), before any commit
+        # killed after the pre-commit (data files written, in no snapshot), before any commit
         ("before_commit", 0, 0, 0),
         # killed after the rejects commit, before the events commit: half a batch in Iceberg
         ("between_tables", 0, 1, 0),

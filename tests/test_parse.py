@@ -76,7 +76,7 @@ def test_batch_files_come_from_the_plan(spark, tmp_path: Path) -> None:  # type:
     lines = spark.read.text(str(tmp_path)).select("value", F.col("_metadata.file_name").alias("_source_file"))
     assert batch_files(lines) == names
     assert batch_files(lines.where("value != ''")) == names
-    with pytest.raises(RuntimeError, match="FileScanRDD.*landing files"):
+    with pytest.raises(RuntimeError, match=r"FileScanRDD.*landing files"):
         batch_files(spark.createDataFrame([(GOOD, "f.jsonl")], "value string, _source_file string"))
 
 

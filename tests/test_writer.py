@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
@@ -87,6 +88,12 @@ def test_end_to_end_exactly_once(tmp_path: Path) -> None:
         for part, n in json.loads(s[PARTITION_ROWS]).items():
             rows[part] = rows.get(part, 0) + n
     assert rows == lake
+    # one snapshot per batch, and every data file on disk is one the table references: the files of the
+    # rejected lines (null hour partition of the pre-commit) were deleted, no pre-commit file is left over
+    assert len(events.metadata.snapshots) == len(summaries)
+    referenced = {urlparse(task.file.file_path).path for task in events.scan().plan_files()}
+    on_disk = {str(f) for f in Path(urlparse(events.metadata.location).path, "data").rglob("*.parquet")}
+    assert on_disk == referenced and not any("event_time_hour=null" in f for f in on_disk)
     newest = max(events.scan(selected_fields=("event_time",)).to_arrow()["event_time"].to_pylist())
     assert summaries[-1][WATERMARK] == newest.isoformat()  # the writer's watermark: newest event time
     rejects = catalog.load_table(stream.rejects_table).scan().to_arrow()

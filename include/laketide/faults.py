@@ -5,7 +5,7 @@
 process at that exact place. Points, in the order a batch passes them:
 
 * ``batch_start``: a new micro-batch began (the previous one is committed in Iceberg and in the checkpoint)
-* ``before_commit``: pre-commit done (the valid rows are written as a staged, invisible snapshot),
+* ``before_commit``: pre-commit done (the batch's data files are written, in no snapshot yet),
   nothing of the batch is committed yet
 * ``between_tables``: the rejects are committed, the events are not published
 * ``after_commit``: both Iceberg commits are done, Spark has not yet recorded the batch as committed

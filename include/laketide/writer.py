@@ -232,9 +232,9 @@ class Validator:
         return self.check(self.parse(lines, now))
 
     def staged_rows(self, parsed: DataFrame, batch_id: int) -> DataFrame:
-        """Rows of the events table's staged write, one per line of ``parse``: the stream's fields plus the
-        lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
-        partition: the writer never publishes those files and reads the number of rejects from them.
+        """Rows of the events table's pre-commit write, one per line of ``parse``: the stream's fields plus
+        the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
+        partition: the writer reads the number of rejects from those files, then deletes them.
         No filter, no JSON function: the valid/rejected split costs one compiled test per line."""
         return parsed.select(*self._staged, batch_parameter(batch_id).alias("_batch_id"))
 
