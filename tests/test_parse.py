@@ -18,9 +18,9 @@ CASES = [
      "field 'user_id' is not a valid long"),
     ('{"event_id":"c","event_time":"2026-11-22T03:15:07+00:00","page":"/h"}', "missing required field 'user_id'"),
     ('{"event_id":"d","event_time":"1970-01-01T00:00:00+00:00","user_id":5,"page":"/h"}',
-     "event time out of range [2000-01-01T00:00:00+00:00, processing time + 1d]: 1970-01-01T00:00:00Z"),
+     "event time out of range [2000-01-01T00:00:00+00:00, landing time + 1d]: 1970-01-01T00:00:00Z"),
     ('{"event_id":"e","event_time":"2026-11-24T00:00:00+00:00","user_id":5,"page":"/h"}',
-     "event time out of range [2000-01-01T00:00:00+00:00, processing time + 1d]: 2026-11-24T00:00:00Z"),
+     "event time out of range [2000-01-01T00:00:00+00:00, landing time + 1d]: 2026-11-24T00:00:00Z"),
     ('{"event_id":"f","event_time":"2026-11-22T03:15', "malformed JSON"),
     ("garbage", "malformed JSON"),
     ("[1,2]", "not a JSON object"),
@@ -32,6 +32,12 @@ CASES = [
 ]
 
 
+def landed(spark, lines: list[str]):  # type: ignore[no-untyped-def]
+    """Lines as the writer's stream has them: one landing file, landed at NOW."""
+    return spark.createDataFrame([(line, "f.jsonl", NOW) for line in lines],
+                                 "value string, _source_file string, _landed_at timestamp")
+
+
 @pytest.fixture()
 def stream(tmp_path: Path):  # type: ignore[no-untyped-def]
     return load(write_config(tmp_path)).stream("clicks")
@@ -39,8 +45,8 @@ def stream(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_every_bad_line_gets_one_reason(spark, stream) -> None:  # type: ignore[no-untyped-def]
     lines = [*CASES, ("   ", "blank")]
-    df = spark.createDataFrame([(line, "f.jsonl") for line, _ in lines], "value string, _source_file string")
-    rows = parse_lines(df, stream, NOW).collect()
+    df = landed(spark, [line for line, _ in lines])
+    rows = parse_lines(df, stream).collect()
     assert len(rows) == len(CASES)  # the blank line is not a record
     assert [r["_error"] for r in rows] == [why for _, why in CASES]
     assert all(r["_raw"] == line for r, (line, _) in zip(rows, CASES, strict=True))
@@ -49,11 +55,11 @@ def test_every_bad_line_gets_one_reason(spark, stream) -> None:  # type: ignore[
 def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # type: ignore[no-untyped-def]
     """The staged write gets one row per line: valid events, and rejects with a null event time (the null
     hour partition the writer counts as rejects and never publishes); the rejects pass finds the same lines."""
-    df = spark.createDataFrame([(line, "f.jsonl") for line, _ in CASES], "value string, _source_file string")
+    df = landed(spark, [line for line, _ in CASES])
     validator = Validator(stream)
-    staged = validator.staged_rows(validator.parse(df, NOW), batch_id=7).collect()
+    staged = validator.staged_rows(validator.parse(df), batch_id=7).collect()
     good = [r for r in staged if r["event_time"] is not None]
-    bad = rejected_rows(parse_lines(df, stream, NOW), stream, 7, NOW).collect()
+    bad = rejected_rows(parse_lines(df, stream), stream, 7, NOW).collect()
     assert len(staged) == len(CASES) and len(staged) - len(good) == len(bad)
     assert [g["event_id"] for g in good] == ["a"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
@@ -90,6 +96,7 @@ def test_bytes_read_from_a_landing_file(spark, stream, tmp_path: Path) -> None: 
     utf8 = '{"event_id":"z","event_time":"2026-11-22T03:00:00+00:00","user_id":1,"page":"São ✓"}'.encode()
     path = tmp_path / "f.jsonl"
     path.write_bytes(b"\n".join([good, latin1, quoted, utf8]) + b"\n")
-    lines = spark.read.text(str(path)).select("value", F.lit("f.jsonl").alias("_source_file"))
-    errors = [r["_error"] for r in parse_lines(lines, stream, NOW).collect()]
+    lines = spark.read.text(str(path)).select("value", F.lit("f.jsonl").alias("_source_file"),
+                                              F.lit(NOW).alias("_landed_at"))
+    errors = [r["_error"] for r in parse_lines(lines, stream).collect()]
     assert errors == [None, "invalid UTF-8 encoding", "malformed JSON", None]

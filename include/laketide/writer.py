@@ -46,10 +46,12 @@ REJECTS_COLUMNS = (
 CORRUPT = "_corrupt_record"
 UNPARSED = "_unparsed"
 LATEST = "_latest"
+LANDED_AT = "_landed_at"
 # Iceberg's write option for writes whose files are committed by the caller (its compaction uses it): the
 # data files are written, then handed to FileRewriteCoordinator under this id instead of being committed
 UNCOMMITTED_FILE_SET = "rewritten-file-scan-task-set-id"
 FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
+LOGICAL_RDD = "org.apache.spark.sql.execution.LogicalRDD"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 
 
@@ -75,15 +77,15 @@ def batch_parameter(value: int) -> Column:
     """``value`` as a bigint column that Spark keeps out of the code it generates.
 
     Spark compiles each stage of a query to Java and caches the class by its source text. A long literal
-    is written into that text, so a value that changes with every micro-batch (the batch id, the latest
-    event time accepted) would cost a compilation of the whole stage per batch: about 0.1 s here, a few
-    per cent of a batch. An array literal is handed to the class as a parameter instead, and reading its
-    element at an index the optimizer cannot compute (the partition id times 0) keeps it from folding the
-    value back into a long literal. Reading it costs a few nanoseconds per row.
+    is written into that text, so a value that changes with every micro-batch (the batch id) would cost a
+    compilation of the whole stage per batch: about 0.1 s here, a few per cent of a batch. An array
+    literal is handed to the class as a parameter instead, and reading its element at an index the
+    optimizer cannot compute (the partition id times 0) keeps it from folding the value back into a long
+    literal. Reading it costs a few nanoseconds per row. One SQL expression: a single call into the JVM.
     """
     from pyspark.sql import functions as F
 
-    return F.array(F.lit(value).cast("bigint"))[F.spark_partition_id() * 0]
+    return F.expr(f"array(CAST({int(value)} AS BIGINT))[spark_partition_id() * 0]")
 
 
 def _human(delta: timedelta) -> str:
@@ -100,7 +102,7 @@ def _valid(stream: StreamConfig, raw: Column, latest: Column) -> Column:
     Only expressions Spark compiles into the batch's generated code (no JSON function): the pass that
     stages the valid rows evaluates it on every line. A line is valid when it parsed into an object with
     every value readable, every required field present, an event time in range
-    (``[min_event_time, latest]``; ``latest`` is processing time + ``max_future``) and, when a string
+    (``[min_event_time, latest]``; ``latest`` is the landing time + ``max_future``) and, when a string
     value holds U+FFFD, a line that is valid UTF-8.
     """
     from pyspark.sql import functions as F
@@ -165,7 +167,7 @@ def _reason(stream: StreamConfig, raw: Column, latest: Column, valid: Column) ->
         F.when(
             (event_time < F.lit(low)) | (event_time > latest),
             F.concat(
-                F.lit(f"event time out of range [{low.isoformat()}, processing time + {_human(stream.max_future)}]: "),
+                F.lit(f"event time out of range [{low.isoformat()}, landing time + {_human(stream.max_future)}]: "),
                 F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ssXXX"),
             ),
         )
@@ -186,15 +188,17 @@ class Validator:
         # a line opening an object is never blank: only the others pay for the trim
         self._not_blank = (F.octet_length(raw) > 0) & (raw.startswith("{") | (F.trim(raw) != ""))
         self._read = [
-            raw.alias("_raw"), F.col("_source_file"),
+            raw.alias("_raw"), F.col("_source_file"), F.col(LANDED_AT),
             F.from_json(raw, record_schema(stream), {
                 "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
             }).alias("_p"),
         ]
         p = F.col("_p")
+        future = stream.max_future // timedelta(microseconds=1)
         self._flat = [
             *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
             F.col("_raw"), F.col("_source_file"),
+            F.timestamp_micros(F.unix_micros(F.col(LANDED_AT)) + future).alias(LATEST),
         ]
         self._valid = valid = _valid(stream, F.col("_raw"), F.col(LATEST))
         time_field = stream.event_time_field
@@ -203,15 +207,15 @@ class Validator:
             F.col("_source_file"),
         ]
 
-    def parse(self, lines: DataFrame, now: datetime) -> DataFrame:
+    def parse(self, lines: DataFrame) -> DataFrame:
         """Parse each non-blank line once: the stream's fields, ``_corrupt_record`` (the line, when a value
         could not be read), ``_unparsed`` (no JSON object at all), ``_raw``, ``_source_file`` and ``_latest``
-        (the latest event time accepted at processing time ``now``)."""
-        from pyspark.sql import functions as F
+        (the latest event time accepted: the line's landing time + ``max_future``).
 
-        latest_micros = (now + self.stream.max_future - EPOCH) // timedelta(microseconds=1)
-        latest = F.timestamp_micros(batch_parameter(latest_micros)).alias(LATEST)
-        return lines.where(self._not_blank).select(*self._read).select(*self._flat, latest)
+        The writer parses its stream with it, so that Spark plans the parse for each micro-batch. Nothing
+        in it depends on when the batch runs: a replayed batch splits valid and rejected lines exactly as
+        its first attempt did."""
+        return lines.where(self._not_blank).select(*self._read).select(*self._flat)
 
     @functools.cached_property
     def _checked(self) -> list[Column]:
@@ -227,9 +231,9 @@ class Validator:
         """The output of ``parse`` with the checks' result, ``_error`` (null when the line is valid)."""
         return parsed.select(*self._checked)
 
-    def parse_lines(self, lines: DataFrame, now: datetime) -> DataFrame:
-        """``check(parse(lines, now))``: see the module function ``parse_lines``."""
-        return self.check(self.parse(lines, now))
+    def parse_lines(self, lines: DataFrame) -> DataFrame:
+        """``check(parse(lines))``: see the module function ``parse_lines``."""
+        return self.check(self.parse(lines))
 
     def staged_rows(self, parsed: DataFrame, batch_id: int) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line of ``parse``: the stream's fields plus
@@ -239,15 +243,15 @@ class Validator:
         return parsed.select(*self._staged, batch_parameter(batch_id).alias("_batch_id"))
 
 
-def parse_lines(lines: DataFrame, stream: StreamConfig, now: datetime) -> DataFrame:
+def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
     """Parse and validate landing lines.
 
-    :param lines: columns ``value`` (one line) and ``_source_file`` (landing file name); blank lines are
-        not records and are dropped.
-    :param now: processing time, the reference for rejecting event times from the future.
+    :param lines: columns ``value`` (one line), ``_source_file`` (landing file name) and ``_landed_at`` (when
+        the file landed: the reference for rejecting event times from the future); blank lines are not
+        records and are dropped.
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
-    return Validator(stream).parse_lines(lines, now)
+    return Validator(stream).parse_lines(lines)
 
 
 def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime) -> DataFrame:
@@ -315,7 +319,10 @@ def batch_files(batch: DataFrame) -> list[str]:
 
     Spark lists them in the file scan it planned for the batch; reading them there costs no pass over the
     rows. Raises when the plan holds no file scan (a Spark whose plans differ from 3.5's)."""
-    pending = [batch._jdf.queryExecution().toRdd()]
+    execution = batch._jdf.queryExecution()
+    plan = execution.logical()
+    # a foreachBatch micro-batch is an RDD Spark already planned: walk it rather than plan the batch again
+    pending = [plan.rdd() if plan.getClass().getName() == LOGICAL_RDD else execution.toRdd()]
     names: set[str] = set()
     scans = 0
     while pending:
@@ -337,7 +344,8 @@ def batch_files(batch: DataFrame) -> list[str]:
 
 
 class BatchWriter:
-    """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
+    """``foreachBatch`` sink of the parsed stream (``Validator.parse``): a two-phase commit of each
+    micro-batch, once.
 
     1. pre-commit: every line is written in ONE pass over the batch as data files of the events table that
        no snapshot references yet (the Spark write hands them back instead of committing them), the
@@ -441,7 +449,7 @@ class BatchWriter:
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(self.validator.staged_rows(self.validator.parse(batch, now), batch_id), file_set)
+        staged = self._stage(self.validator.staged_rows(batch, batch_id), file_set)
         staged_at = time.monotonic()
         valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
@@ -476,7 +484,7 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch, now), stream, batch_id, now).cache()
+        rejects = rejected_rows(self.validator.check(batch), stream, batch_id, now).cache()
         try:
             by_hour = {summary_key(r["event_hour"]): r["n"]
                        for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -523,7 +531,7 @@ def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamCon
 
 
 def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
-    """Landing data files as a stream of lines with their file name."""
+    """Landing data files as a stream of lines with their file's name and modification (landing) time."""
     from pyspark.sql import functions as F
 
     folder = data_dir(stream.landing_path)
@@ -533,7 +541,8 @@ def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
         .option("maxFilesPerTrigger", stream.max_files_per_trigger)
         .option("pathGlobFilter", "*.jsonl")
         .load(str(folder))
-        .select("value", F.col("_metadata.file_name").alias("_source_file"))
+        .select("value", F.col("_metadata.file_name").alias("_source_file"),
+                F.col("_metadata.file_modification_time").alias(LANDED_AT))
     )
 
 
@@ -550,8 +559,10 @@ def stop_file(stream: StreamConfig) -> Path:
 
 
 def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode) -> StreamingQuery:
+    batch_writer = BatchWriter(config, stream)
+    # parsed in the streaming query, planned by Spark for each micro-batch: the batches arrive parsed
     writer = (
-        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream))
+        batch_writer.validator.parse(extract(spark, stream)).writeStream.foreachBatch(batch_writer)
         .option("checkpointLocation", str(stream.checkpoint_path))
         .queryName(f"laketide-{stream.name}")
     )
