@@ -86,7 +86,7 @@ class StreamConfig(_Strict):
     allowed_lateness: timedelta = timedelta(minutes=10)
     idle_window: timedelta = timedelta(minutes=5)
     max_files_per_trigger: int = Field(default=100, ge=1)
-    #: event times earlier than this, or later than processing time + max_future, are rejected
+    #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
     min_event_time: str = "2000-01-01T00:00:00+00:00"
     max_future: timedelta = timedelta(days=1)
 

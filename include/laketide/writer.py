@@ -212,9 +212,8 @@ class Validator:
         could not be read), ``_unparsed`` (no JSON object at all), ``_raw``, ``_source_file`` and ``_latest``
         (the latest event time accepted: the line's landing time + ``max_future``).
 
-        The writer parses its stream with it, so that Spark plans the parse for each micro-batch. Nothing
-        in it depends on when the batch runs: a replayed batch splits valid and rejected lines exactly as
-        its first attempt did."""
+        Nothing in it depends on when the batch runs: a replayed batch splits valid and rejected lines
+        exactly as its first attempt did."""
         return lines.where(self._not_blank).select(*self._read).select(*self._flat)
 
     @functools.cached_property
@@ -344,8 +343,7 @@ def batch_files(batch: DataFrame) -> list[str]:
 
 
 class BatchWriter:
-    """``foreachBatch`` sink of the parsed stream (``Validator.parse``): a two-phase commit of each
-    micro-batch, once.
+    """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
 
     1. pre-commit: every line is written in ONE pass over the batch as data files of the events table that
        no snapshot references yet (the Spark write hands them back instead of committing them), the
@@ -449,7 +447,7 @@ class BatchWriter:
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(self.validator.staged_rows(batch, batch_id), file_set)
+        staged = self._stage(self.validator.staged_rows(self.validator.parse(batch), batch_id), file_set)
         staged_at = time.monotonic()
         valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
@@ -484,7 +482,7 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         stream = self.stream
-        rejects = rejected_rows(self.validator.check(batch), stream, batch_id, now).cache()
+        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now).cache()
         try:
             by_hour = {summary_key(r["event_hour"]): r["n"]
                        for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -559,10 +557,8 @@ def stop_file(stream: StreamConfig) -> Path:
 
 
 def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode) -> StreamingQuery:
-    batch_writer = BatchWriter(config, stream)
-    # parsed in the streaming query, planned by Spark for each micro-batch: the batches arrive parsed
     writer = (
-        batch_writer.validator.parse(extract(spark, stream)).writeStream.foreachBatch(batch_writer)
+        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream))
         .option("checkpointLocation", str(stream.checkpoint_path))
         .queryName(f"laketide-{stream.name}")
     )
