@@ -317,7 +317,6 @@ class Bench:
         self._check(f"parquet {tag}", {"rows": row["n"], "rows with an event time": row["t"]}, lines)
         return seconds, progress, []
 
-
     def _native(self, tag: str, landing_path: Path, lines: int) -> Outcome:
         folder = self._folder(tag, "native")
         table = f"{self.cat}.{NAMESPACE}.native_{tag}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import operator
 import signal
 import time
 import uuid
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from laketide import commits, faults
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.landing import EPOCH, data_dir, from_epoch_hours, partition_key
+from laketide.landing import DATA_SUFFIX, EPOCH, data_dir, from_epoch_hours, partition_key
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -96,6 +97,39 @@ def _human(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
+def _opens_object(raw: Column) -> Column:
+    """The line opens a JSON object, maybe after whitespace (only lines not starting with "{" pay the trim)."""
+    from pyspark.sql import functions as F
+
+    return raw.startswith("{") | F.ltrim(raw).startswith("{")
+
+
+def _holds_replacement(stream: StreamConfig) -> Column | None:
+    """A parsed string value holds U+FFFD (None for a stream without string fields).
+
+    The text source keeps raw bytes; the JSON reader decodes an invalid sequence inside a string value to
+    U+FFFD. Only then is the exact test (``_reencoding_changes``) worth running."""
+    from pyspark.sql import functions as F
+
+    probes = [F.col(n).contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
+    return functools.reduce(operator.or_, probes) if probes else None
+
+
+def _reencoding_changes(raw: Column) -> Column:
+    """Re-encoding the line through a Java string changes it: the line is not valid UTF-8."""
+    from pyspark.sql import functions as F
+
+    return raw.cast("binary") != F.encode(raw, "UTF-8")
+
+
+def _time_in_range(stream: StreamConfig, latest: Column) -> Column:
+    """The event time lies in ``[min_event_time, latest]``."""
+    from pyspark.sql import functions as F
+
+    event_time = F.col(stream.event_time_field)
+    return (event_time >= F.lit(datetime.fromisoformat(stream.min_event_time))) & (event_time <= latest)
+
+
 def _valid(stream: StreamConfig, raw: Column, latest: Column) -> Column:
     """True when a parsed line (columns of ``Validator.parse``) is a valid event, else false.
 
@@ -107,41 +141,34 @@ def _valid(stream: StreamConfig, raw: Column, latest: Column) -> Column:
     """
     from pyspark.sql import functions as F
 
-    event_time = F.col(stream.event_time_field)
-    low = datetime.fromisoformat(stream.min_event_time)
-    valid = ~F.col(UNPARSED) & F.col(CORRUPT).isNull() & (raw.startswith("{") | F.ltrim(raw).startswith("{"))
+    valid = ~F.col(UNPARSED) & F.col(CORRUPT).isNull() & _opens_object(raw)
     for name, spec in stream.fields.items():
         if spec.required:
             valid = valid & F.col(name).isNotNull()
-    valid = valid & (event_time >= F.lit(low)) & (event_time <= latest)
-    # The text source keeps raw bytes; the JSON reader decodes an invalid sequence inside a string value
-    # to U+FFFD. Only then is the exact test run: re-encoding through a Java string changes such a line.
-    replaced = [F.col(n).contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
-    if replaced:
-        suspicious = replaced[0]
-        for probe in replaced[1:]:
-            suspicious = suspicious | probe
-        valid = valid & ~(suspicious & (raw.cast("binary") != F.encode(raw, "UTF-8")))
+    valid = valid & _time_in_range(stream, latest)
+    replaced = _holds_replacement(stream)
+    if replaced is not None:
+        valid = valid & ~(replaced & _reencoding_changes(raw))
     return valid
 
 
 def _reason(stream: StreamConfig, raw: Column, latest: Column, valid: Column) -> Column:
     """First problem of a parsed line that ``_valid`` refuses, or null for a valid line.
 
-    Every line ``_valid`` refuses gets a reason: the checks below cover each of its conditions.
+    Every line ``_valid`` refuses gets a reason: the checks below cover each of its conditions, built from
+    the same conditions.
     """
     from pyspark.sql import functions as F
 
     field = {name: F.col(name) for name in stream.fields}
     unparsed, bad_value = F.col(UNPARSED), F.col(CORRUPT)
     corrupt = unparsed | bad_value.isNotNull()
-    opens_object = raw.startswith("{") | F.ltrim(raw).startswith("{")
-    replaced = [field[n].contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
-    suspicious = corrupt
-    for probe in replaced:
-        suspicious = suspicious | probe
+    opens_object = _opens_object(raw)
+    replaced = _holds_replacement(stream)
+    # a line that does not parse may hold invalid bytes outside any string value
+    suspicious = corrupt if replaced is None else corrupt | replaced
     checks: list[Column] = [
-        F.when(suspicious & (raw.cast("binary") != F.encode(raw, "UTF-8")), F.lit("invalid UTF-8 encoding")),
+        F.when(suspicious & _reencoding_changes(raw), F.lit("invalid UTF-8 encoding")),
         F.when(corrupt & F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
         # lenient readers accept e.g. single quotes; a strict re-parse of the bad lines tells
         F.when(
@@ -165,7 +192,7 @@ def _reason(stream: StreamConfig, raw: Column, latest: Column, valid: Column) ->
     low = datetime.fromisoformat(stream.min_event_time)
     checks.append(
         F.when(
-            (event_time < F.lit(low)) | (event_time > latest),
+            ~_time_in_range(stream, latest),
             F.concat(
                 F.lit(f"event time out of range [{low.isoformat()}, landing time + {_human(stream.max_future)}]: "),
                 F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ssXXX"),
@@ -537,7 +564,7 @@ def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
     return (
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", stream.max_files_per_trigger)
-        .option("pathGlobFilter", "*.jsonl")
+        .option("pathGlobFilter", f"*{DATA_SUFFIX}")
         .load(str(folder))
         .select("value", F.col("_metadata.file_name").alias("_source_file"),
                 F.col("_metadata.file_modification_time").alias(LANDED_AT))
