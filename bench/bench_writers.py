@@ -78,7 +78,6 @@ from tests.helpers import STREAM_FIELDS, load, write_config  # noqa: E402
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-    from pyspark.sql.types import StructType
 
 PIPELINES = ("parquet", "native", "laketide")
 LABELS = {"parquet": "Spark Parquet sink", "native": "Iceberg native sink", "laketide": "laketide writer"}
@@ -251,7 +250,7 @@ class Bench:
     def _read(self, landing_path: Path) -> DataFrame:
         from pyspark.sql import functions as F
 
-        schema = self._typed_schema()
+        schema = writer.record_schema(self.base)
         return (
             self.spark.readStream.format("text")
             .option("maxFilesPerTrigger", self.files_per_trigger)
@@ -262,12 +261,6 @@ class Bench:
             .select(*[F.col("r")[n].alias(n) for n in self.fields], "_source_file",
                     F.lit(None).cast("bigint").alias("_batch_id"))
         )
-
-    def _typed_schema(self) -> StructType:
-        from pyspark.sql.types import StructType
-
-        full = writer.record_schema(self.base)
-        return StructType([f for f in full.fields if f.name != writer.CORRUPT])
 
     def _folder(self, tag: str, pipeline: str) -> Path:
         folder = self.runs / tag / pipeline

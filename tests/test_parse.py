@@ -54,13 +54,15 @@ def test_every_bad_line_gets_one_reason(spark, stream) -> None:  # type: ignore[
 
 def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # type: ignore[no-untyped-def]
     """The staged write gets one row per line: valid events, and rejects with a null event time (the null
-    hour partition the writer counts as rejects and never publishes); the rejects pass finds the same lines."""
-    df = landed(spark, [line for line, _ in CASES])
+    hour partition the writer counts as rejects and never publishes); a blank line's row has no source file,
+    so it is not counted; the rejects pass finds the same lines."""
+    df = landed(spark, [line for line, _ in CASES] + ["  "])
     validator = Validator(stream)
-    staged = validator.staged_rows(validator.parse(df), batch_id=7).collect()
+    staged = validator.staged_rows(df, batch_id=7).collect()
     good = [r for r in staged if r["event_time"] is not None]
+    counted = [r for r in staged if r["event_time"] is None and r["_source_file"] is not None]
     bad = rejected_rows(parse_lines(df, stream), stream, 7, NOW).collect()
-    assert len(staged) == len(CASES) and len(staged) - len(good) == len(bad)
+    assert len(staged) == len(CASES) + 1 and len(counted) == len(bad) == len(CASES) - len(good)
     assert [g["event_id"] for g in good] == ["a"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]

@@ -66,8 +66,16 @@ def lineage_summaries(table: Any) -> list[dict[str, str]]:
     return out[::-1]
 
 
+def add_blank_lines(config_path: Path) -> None:
+    """Stray blank lines (empty, spaces, a tab) in a landed file: not records, so no count changes."""
+    path = sorted(data_dir(load(config_path).stream("clicks").landing_path).iterdir())[1]
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([b"", *lines[:3], b"   ", *lines[3:-1], b"\t", b""]))
+
+
 def test_end_to_end_exactly_once(tmp_path: Path) -> None:
     config_path = landed(tmp_path)
+    add_blank_lines(config_path)
     assert run_writer(config_path) == 0, writer_log(config_path)
     lake = assert_exactly_once(config_path)
     assert "2026-11-21T22:00:00+00:00" not in lake  # the quiet hour has no rows at all

@@ -45,8 +45,6 @@ REJECTS_COLUMNS = (
     "batch_id bigint, writer_id string, rejected_at timestamp"
 )
 CORRUPT = "_corrupt_record"
-UNPARSED = "_unparsed"
-LATEST = "_latest"
 LANDED_AT = "_landed_at"
 # Iceberg's write option for writes whose files are committed by the caller (its compaction uses it): the
 # data files are written, then handed to FileRewriteCoordinator under this id instead of being committed
@@ -67,11 +65,10 @@ def spark_type(kind: str) -> DataType:
 
 
 def record_schema(stream: StreamConfig) -> StructType:
-    """The typed record schema of a stream, plus Spark's corrupt-record column."""
+    """The typed record schema of a stream."""
     from pyspark.sql import types as T
 
-    fields = [T.StructField(name, spark_type(spec.type), nullable=True) for name, spec in stream.fields.items()]
-    return T.StructType([*fields, T.StructField(CORRUPT, T.StringType(), nullable=True)])
+    return T.StructType([T.StructField(n, spark_type(spec.type), nullable=True) for n, spec in stream.fields.items()])
 
 
 def batch_parameter(value: int) -> Column:
@@ -104,103 +101,115 @@ def _opens_object(raw: Column) -> Column:
     return raw.startswith("{") | F.ltrim(raw).startswith("{")
 
 
-def _holds_replacement(stream: StreamConfig) -> Column | None:
-    """A parsed string value holds U+FFFD (None for a stream without string fields).
+class Parsed:
+    """A line and its record as Spark expressions: ``record``, the line parsed with the stream's schema (null
+    when the line holds no JSON token: a blank line), ``raw``, the line, and the latest event time accepted
+    for it (its landing time + ``max_future``). The validity test and the reasons are built on these, so
+    they cannot drift apart."""
 
-    The text source keeps raw bytes; the JSON reader decodes an invalid sequence inside a string value to
-    U+FFFD. Only then is the exact test (``_reencoding_changes``) worth running."""
-    from pyspark.sql import functions as F
+    def __init__(self, stream: StreamConfig, record: Column, raw: Column) -> None:
+        from pyspark.sql import functions as F
 
-    probes = [F.col(n).contains("\ufffd") for n, spec in stream.fields.items() if spec.type == "string"]
-    return functools.reduce(operator.or_, probes) if probes else None
+        self.stream = stream
+        self.record = record
+        self.raw = raw
+        future = stream.max_future // timedelta(microseconds=1)
+        self.latest = F.timestamp_micros(F.unix_micros(F.col(LANDED_AT)) + future)
 
+    def field(self, name: str) -> Column:
+        return self.record[name]
 
-def _reencoding_changes(raw: Column) -> Column:
-    """Re-encoding the line through a Java string changes it: the line is not valid UTF-8."""
-    from pyspark.sql import functions as F
+    def holds_replacement(self) -> Column | None:
+        """A parsed string value holds U+FFFD (None for a stream without string fields).
 
-    return raw.cast("binary") != F.encode(raw, "UTF-8")
+        The text source keeps raw bytes; the JSON reader decodes an invalid sequence inside a string value to
+        U+FFFD. Only then is the exact test (``reencoding_changes``) worth running."""
+        probes = [self.field(n).contains("\ufffd") for n, spec in self.stream.fields.items() if spec.type == "string"]
+        return functools.reduce(operator.or_, probes) if probes else None
 
+    def reencoding_changes(self) -> Column:
+        """Re-encoding the line through a Java string changes it: the line is not valid UTF-8."""
+        from pyspark.sql import functions as F
 
-def _time_in_range(stream: StreamConfig, latest: Column) -> Column:
-    """The event time lies in ``[min_event_time, latest]``."""
-    from pyspark.sql import functions as F
+        return self.raw.cast("binary") != F.encode(self.raw, "UTF-8")
 
-    event_time = F.col(stream.event_time_field)
-    return (event_time >= F.lit(datetime.fromisoformat(stream.min_event_time))) & (event_time <= latest)
+    def time_in_range(self) -> Column:
+        """The event time lies in ``[min_event_time, latest]``."""
+        from pyspark.sql import functions as F
 
+        event_time = self.field(self.stream.event_time_field)
+        return (event_time >= F.lit(datetime.fromisoformat(self.stream.min_event_time))) & (event_time <= self.latest)
 
-def _valid(stream: StreamConfig, raw: Column, latest: Column) -> Column:
-    """True when a parsed line (columns of ``Validator.parse``) is a valid event, else false.
+    def unreadable(self, name: str) -> Column:
+        """Field ``name`` was read as null, yet the line holds a non-null value for it: a value of the wrong
+        type. The line is searched only when the field is null (the key's text first, then a JSON lookup)."""
+        from pyspark.sql import functions as F
 
-    Only expressions Spark compiles into the batch's generated code (no JSON function): the pass that
-    stages the valid rows evaluates it on every line. A line is valid when it parsed into an object with
-    every value readable, every required field present, an event time in range
-    (``[min_event_time, latest]``; ``latest`` is the landing time + ``max_future``) and, when a string
-    value holds U+FFFD, a line that is valid UTF-8.
-    """
-    from pyspark.sql import functions as F
+        return (
+            self.field(name).isNull() & (F.instr(self.raw, f'"{name}"') > 0)
+            & F.get_json_object(self.raw, f"$.{name}").isNotNull()
+        )
 
-    valid = ~F.col(UNPARSED) & F.col(CORRUPT).isNull() & _opens_object(raw)
-    for name, spec in stream.fields.items():
-        if spec.required:
-            valid = valid & F.col(name).isNotNull()
-    valid = valid & _time_in_range(stream, latest)
-    replaced = _holds_replacement(stream)
-    if replaced is not None:
-        valid = valid & ~(replaced & _reencoding_changes(raw))
-    return valid
+    def valid(self) -> Column:
+        """True when the line is a valid event, else false.
 
+        Spark's JSON reader leaves a field null when its value has the wrong type, and every field null when
+        the line is not JSON; the test reads that from the fields alone, so the pass that stages the rows
+        evaluates, for a valid line, only expressions Spark compiles into the batch's generated code. A line
+        is valid when it is a JSON object with every required field present and readable, every optional
+        field readable or absent, an event time in range and, when a string value holds U+FFFD, a line that
+        is valid UTF-8.
+        """
+        valid = _opens_object(self.raw)
+        for name, spec in self.stream.fields.items():
+            if spec.required:
+                valid = valid & self.field(name).isNotNull()
+        valid = valid & self.time_in_range()
+        replaced = self.holds_replacement()
+        if replaced is not None:
+            valid = valid & ~(replaced & self.reencoding_changes())
+        for name, spec in self.stream.fields.items():
+            if not spec.required:
+                valid = valid & ~self.unreadable(name)
+        return valid
 
-def _reason(stream: StreamConfig, raw: Column, latest: Column, valid: Column) -> Column:
-    """First problem of a parsed line that ``_valid`` refuses, or null for a valid line.
+    def reason(self) -> Column:
+        """First problem of a line that ``valid`` refuses, or null for a valid line.
 
-    Every line ``_valid`` refuses gets a reason: the checks below cover each of its conditions, built from
-    the same conditions.
-    """
-    from pyspark.sql import functions as F
+        Computed for refused lines only. Every one gets a reason: the checks cover each condition of
+        ``valid``, built from the same conditions, and the last one catches anything else.
+        """
+        from pyspark.sql import functions as F
 
-    field = {name: F.col(name) for name in stream.fields}
-    unparsed, bad_value = F.col(UNPARSED), F.col(CORRUPT)
-    corrupt = unparsed | bad_value.isNotNull()
-    opens_object = _opens_object(raw)
-    replaced = _holds_replacement(stream)
-    # a line that does not parse may hold invalid bytes outside any string value
-    suspicious = corrupt if replaced is None else corrupt | replaced
-    checks: list[Column] = [
-        F.when(suspicious & _reencoding_changes(raw), F.lit("invalid UTF-8 encoding")),
-        F.when(corrupt & F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
-        # lenient readers accept e.g. single quotes; a strict re-parse of the bad lines tells
-        F.when(
-            corrupt & opens_object & F.from_json(raw, "map<string,string>", STRICT_JSON).isNull(),
-            F.lit("malformed JSON"),
-        ),
-        F.when(unparsed | ~opens_object, F.lit("not a JSON object")),
-    ]
-    for name, spec in stream.fields.items():
-        # null once parsed but present in the line: a wrong type (an omitted optional field is fine)
-        mentioned = F.instr(raw, f'"{name}"') > 0
-        present = F.get_json_object(raw, f"$.{name}").isNotNull()
+        stream, raw = self.stream, self.raw
+        opens_object = _opens_object(raw)
+        # the strict parse tells lines that no JSON reader accepts from those only a lenient one does
+        syntax = F.from_json(raw, f"struct<{CORRUPT}:string>", {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
+        })[CORRUPT].isNotNull()
+        checks: list[Column] = [
+            F.when(self.reencoding_changes(), F.lit("invalid UTF-8 encoding")),
+            F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
+            F.when(opens_object & syntax, F.lit("malformed JSON")),
+            F.when(~opens_object, F.lit("not a JSON object")),
+        ]
+        for name, spec in stream.fields.items():
+            checks.append(F.when(self.unreadable(name), F.lit(f"field {name!r} is not a valid {spec.type}")))
+        for name, spec in stream.fields.items():
+            if spec.required:
+                checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
+        low = datetime.fromisoformat(stream.min_event_time)
         checks.append(
-            F.when(corrupt & field[name].isNull() & mentioned & present,
-                   F.lit(f"field {name!r} is not a valid {spec.type}"))
+            F.when(
+                ~self.time_in_range(),
+                F.concat(
+                    F.lit(f"event time out of range [{low.isoformat()}, landing time + {_human(stream.max_future)}]: "),
+                    F.date_format(self.field(stream.event_time_field), "yyyy-MM-dd'T'HH:mm:ssXXX"),
+                ),
+            )
         )
-    for name, spec in stream.fields.items():
-        if spec.required:
-            checks.append(F.when(field[name].isNull(), F.lit(f"missing required field {name!r}")))
-    event_time = field[stream.event_time_field]
-    low = datetime.fromisoformat(stream.min_event_time)
-    checks.append(
-        F.when(
-            ~_time_in_range(stream, latest),
-            F.concat(
-                F.lit(f"event time out of range [{low.isoformat()}, landing time + {_human(stream.max_future)}]: "),
-                F.date_format(event_time, "yyyy-MM-dd'T'HH:mm:ssXXX"),
-            ),
-        )
-    )
-    checks.append(F.when(bad_value.isNotNull(), F.lit("malformed record")))
-    return F.when(~valid, F.coalesce(*checks))
+        checks.append(F.lit("malformed record"))
+        return F.when(~self.valid(), F.coalesce(*checks))
 
 
 class Validator:
@@ -212,61 +221,60 @@ class Validator:
 
         self.stream = stream
         raw = F.col("value")
-        # a line opening an object is never blank: only the others pay for the trim
-        self._not_blank = (F.octet_length(raw) > 0) & (raw.startswith("{") | (F.trim(raw) != ""))
-        self._read = [
-            raw.alias("_raw"), F.col("_source_file"), F.col(LANDED_AT),
-            F.from_json(raw, record_schema(stream), {
-                "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
-            }).alias("_p"),
-        ]
-        p = F.col("_p")
-        future = stream.max_future // timedelta(microseconds=1)
-        self._flat = [
-            *[p[name].alias(name) for name in (*stream.fields, CORRUPT)], p.isNull().alias(UNPARSED),
-            F.col("_raw"), F.col("_source_file"),
-            F.timestamp_micros(F.unix_micros(F.col(LANDED_AT)) + future).alias(LATEST),
-        ]
-        self._valid = valid = _valid(stream, F.col("_raw"), F.col(LATEST))
+        # Spark evaluates the parse once per line however often the expressions below refer to it (common
+        # subexpression elimination). An option must be given: without one, Spark's optimizer gives each
+        # field its own parse of the line.
+        record = F.from_json(raw, record_schema(stream), STRICT_JSON)
+        parsed = Parsed(stream, record, raw)
+        valid = parsed.valid()
         time_field = stream.event_time_field
         self._staged = [
-            *[F.when(valid, F.col(n)).alias(n) if n == time_field else F.col(n) for n in stream.fields],
-            F.col("_source_file"),
+            *[(F.when(valid, parsed.field(n)) if n == time_field else parsed.field(n)).alias(n) for n in stream.fields],
+            # blank lines are not records: their rows (in the null hour partition) carry no source file
+            F.when(record.isNotNull(), F.col("_source_file")).alias("_source_file"),
         ]
+        self._read = [raw.alias("_raw"), F.col("_source_file"), F.col(LANDED_AT), record.alias("_p")]
+        self._parsed = Parsed(stream, F.col("_p"), F.col("_raw"))
 
-    def parse(self, lines: DataFrame) -> DataFrame:
-        """Parse each non-blank line once: the stream's fields, ``_corrupt_record`` (the line, when a value
-        could not be read), ``_unparsed`` (no JSON object at all), ``_raw``, ``_source_file`` and ``_latest``
-        (the latest event time accepted: the line's landing time + ``max_future``).
+    def read(self, lines: DataFrame) -> DataFrame:
+        """Each line that is not blank, once parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p``
+        (the record, see ``Parsed``).
 
         Nothing in it depends on when the batch runs: a replayed batch splits valid and rejected lines
         exactly as its first attempt did."""
-        return lines.where(self._not_blank).select(*self._read).select(*self._flat)
+        from pyspark.sql import functions as F
+
+        return lines.select(*self._read).where(F.col("_p").isNotNull())
 
     @functools.cached_property
     def _checked(self) -> list[Column]:
         # built on first use: only batches with rejects need the reasons
         from pyspark.sql import functions as F
 
+        parsed = self._parsed
         return [
-            *[F.col(name) for name in self.stream.fields], F.col("_raw"), F.col("_source_file"),
-            _reason(self.stream, F.col("_raw"), F.col(LATEST), self._valid).alias("_error"),
+            *[parsed.field(name).alias(name) for name in self.stream.fields], parsed.raw, F.col("_source_file"),
+            parsed.reason().alias("_error"),
         ]
 
-    def check(self, parsed: DataFrame) -> DataFrame:
-        """The output of ``parse`` with the checks' result, ``_error`` (null when the line is valid)."""
-        return parsed.select(*self._checked)
+    def check(self, read: DataFrame) -> DataFrame:
+        """The output of ``read`` as the stream's fields, ``_raw``, ``_source_file`` and the checks' result,
+        ``_error`` (null when the line is valid)."""
+        return read.select(*self._checked)
 
     def parse_lines(self, lines: DataFrame) -> DataFrame:
-        """``check(parse(lines))``: see the module function ``parse_lines``."""
-        return self.check(self.parse(lines))
+        """``check(read(lines))``: see the module function ``parse_lines``."""
+        return self.check(self.read(lines))
 
-    def staged_rows(self, parsed: DataFrame, batch_id: int) -> DataFrame:
-        """Rows of the events table's pre-commit write, one per line of ``parse``: the stream's fields plus
-        the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
-        partition: the writer reads the number of rejects from those files, then deletes them.
-        No filter, no JSON function: the valid/rejected split costs one compiled test per line."""
-        return parsed.select(*self._staged, batch_parameter(batch_id).alias("_batch_id"))
+    def staged_rows(self, lines: DataFrame, batch_id: int) -> DataFrame:
+        """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
+        plus the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
+        partition: the writer counts the rejects in those files (the rows with a source file; blank lines
+        have none), then deletes them.
+
+        One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
+        valid line, no JSON function besides the parse: the split costs one compiled test per line."""
+        return lines.select(*self._staged, batch_parameter(batch_id).alias("_batch_id"))
 
 
 def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
@@ -418,8 +426,10 @@ class BatchWriter:
         return self._read_staged(jvm, table, written)
 
     def _read_staged(self, jvm: Any, table: Any, written: Any) -> Staged:
-        time_field = table.schema().findField(self.stream.event_time_field)
+        schema = table.schema()
+        time_field = schema.findField(self.stream.event_time_field)
         field_id, field_type = time_field.fieldId(), time_field.type()
+        source_id = schema.findField("_source_file").fieldId()
         conversions = jvm.org.apache.iceberg.types.Conversions
         integer = jvm.java.lang.Class.forName("java.lang.Integer")
         staged = Staged(table, [], {}, 0, None, None)
@@ -428,8 +438,16 @@ class BatchWriter:
             data_file = it.next()
             count = int(data_file.recordCount())
             hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
-            if hour is None:  # rejected lines (see Validator.staged_rows): counted, then deleted
-                staged.rejected += count
+            if hour is None:  # rejected and blank lines (see Validator.staged_rows): counted, then deleted
+                nulls = data_file.nullValueCounts()
+                blank = None if nulls is None else nulls.get(source_id)
+                if blank is None:
+                    raise RuntimeError(
+                        f"data file {data_file.location()} of {self.stream.table} has no null count for "
+                        "'_source_file': keep column metrics for it (table property "
+                        "write.metadata.metrics.column._source_file=counts)"
+                    )
+                staged.rejected += count - int(blank)
                 table.io().deleteFile(data_file.location())
                 continue
             staged.data_files.append(data_file)
@@ -474,7 +492,7 @@ class BatchWriter:
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(self.validator.staged_rows(self.validator.parse(batch), batch_id), file_set)
+        staged = self._stage(self.validator.staged_rows(batch, batch_id), file_set)
         staged_at = time.monotonic()
         valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
@@ -528,7 +546,11 @@ class BatchWriter:
 def events_properties(stream: StreamConfig) -> dict[str, str]:
     """Table properties of a stream's events table (the rejects table has ``EVENTS_PROPERTIES``)."""
     # the writer reads each batch's event-time range from the data files' bounds of this column
-    return {**EVENTS_PROPERTIES, f"write.metadata.metrics.column.{stream.event_time_field}": "full"}
+    # and the number of rejects from the null counts of _source_file (see BatchWriter._read_staged)
+    return {
+        **EVENTS_PROPERTIES, f"write.metadata.metrics.column.{stream.event_time_field}": "full",
+        "write.metadata.metrics.column._source_file": "counts",
+    }
 
 
 def create_events_table(spark: SparkSession, name: str, stream: StreamConfig) -> None:
