@@ -401,6 +401,17 @@ def batch_files(batch: DataFrame) -> list[str]:
     return sorted(names)
 
 
+class IcebergJvm:
+    """Iceberg's Java classes the writer calls per batch, looked up once: through py4j, each lookup of a
+    class by its dotted name costs a call per name part."""
+
+    def __init__(self, jvm: Any) -> None:
+        self.spark3util = jvm.org.apache.iceberg.spark.Spark3Util
+        self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        self.conversions = jvm.org.apache.iceberg.types.Conversions
+        self.integer = jvm.java.lang.Class.forName("java.lang.Integer")
+
+
 class BatchWriter:
     """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
 
@@ -425,6 +436,7 @@ class BatchWriter:
         self.catalog = load_catalog(config.catalog)
         self.prefix = config.catalog.name
         self.validator = Validator(stream)
+        self._iceberg: IcebergJvm | None = None
 
     def marker(self, table: str) -> commits.Marker | None:
         return commits.table_marker(self.catalog, table, self.stream.writer_id)
@@ -440,22 +452,20 @@ class BatchWriter:
         spark = df.sparkSession
         name = f"{self.prefix}.{self.stream.table}"
         df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
-        jvm: Any = spark._jvm
-        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
-        coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        iceberg = self._iceberg = self._iceberg or IcebergJvm(spark._jvm)
+        table = iceberg.spark3util.loadIcebergTable(spark._jsparkSession, name)
         try:
-            written = coordinator.fetchNewFiles(table, file_set)  # raises when the write handed back nothing
+            written = iceberg.coordinator.fetchNewFiles(table, file_set)  # raises when the write handed back nothing
         finally:
-            coordinator.clearRewrite(table, file_set)
-        return self._read_staged(jvm, table, written)
+            iceberg.coordinator.clearRewrite(table, file_set)
+        return self._read_staged(iceberg, table, written)
 
-    def _read_staged(self, jvm: Any, table: Any, written: Any) -> Staged:
+    def _read_staged(self, iceberg: IcebergJvm, table: Any, written: Any) -> Staged:
         schema = table.schema()
         time_field = schema.findField(self.stream.event_time_field)
         field_id, field_type = time_field.fieldId(), time_field.type()
         source_id = schema.findField("_source_file").fieldId()
-        conversions = jvm.org.apache.iceberg.types.Conversions
-        integer = jvm.java.lang.Class.forName("java.lang.Integer")
+        conversions, integer = iceberg.conversions, iceberg.integer
         staged = Staged(table, [], {}, 0, None, None)
         it = written.iterator()
         while it.hasNext():
