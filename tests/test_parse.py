@@ -73,6 +73,19 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     assert by_raw["garbage"]["event_hour"] is None
 
 
+def test_staged_columns_follow_the_input_columns(spark, stream) -> None:  # type: ignore[no-untyped-def]
+    """One Validator serves many micro-batches: its staged columns are bound to the input's columns, reused
+    while they are the same ones and rebuilt for another input (here: two DataFrames, other column ids)."""
+    validator = Validator(stream)
+    first, second = landed(spark, [GOOD]), landed(spark, [CASES[2][0], GOOD.replace('"a"', '"z"')])
+    assert [r["event_id"] for r in validator.staged_rows(first, 1).collect()] == ["a"]
+    built = validator._staged
+    assert validator.staged_rows(first.where("value != ''"), 2).count() == 1 and validator._staged is built
+    rows = validator.staged_rows(second, 3).collect()
+    assert validator._staged is not built
+    assert [(r["event_id"], r["event_time"] is None, r["_batch_id"]) for r in rows] == [("c", True, 3), ("z", False, 3)]
+
+
 def test_batch_files_come_from_the_plan(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The landing files of a batch are named from its file scan, without a pass over the rows: every file
     read, once, by name, including one holding only a blank line; a batch without a file scan is refused."""

@@ -153,12 +153,12 @@ class Parsed:
     def valid(self) -> Column:
         """True when the line is a valid event, else false.
 
-        Spark's JSON reader leaves a field null when its value has the wrong type, and every field null when
-        the line is not JSON; the test reads that from the fields alone, so the pass that stages the rows
-        evaluates, for a valid line, only expressions Spark compiles into the batch's generated code. A line
-        is valid when it is a JSON object with every required field present and readable, every optional
-        field readable or absent, an event time in range and, when a string value holds U+FFFD, a line that
-        is valid UTF-8.
+        A line is valid when it opens a JSON object, every required field is present and readable, every
+        optional field is readable or absent, the event time is in range and, when a string value holds
+        U+FFFD, the line is valid UTF-8. Spark's JSON reader leaves a field null when its value has the
+        wrong type (every field, when the line is not JSON), so the test reads the fields; the line itself
+        is searched only for an optional field read as null. For a valid line with every field present it
+        costs a few compiled comparisons.
         """
         valid = _opens_object(self.raw)
         for name, spec in self.stream.fields.items():
@@ -213,8 +213,9 @@ class Parsed:
 
 
 class Validator:
-    """The parse and the checks of one stream's lines as Spark expressions, built once: building them takes
-    hundreds of py4j calls, too many to repeat for every micro-batch."""
+    """The parse and the checks of one stream's lines as Spark expressions, built once (the staged rows' on
+    the first batch, the reasons' on the first batch with rejects): building them takes hundreds of py4j
+    calls, too many to repeat for every micro-batch."""
 
     def __init__(self, stream: StreamConfig) -> None:
         from pyspark.sql import functions as F
