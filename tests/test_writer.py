@@ -57,7 +57,7 @@ def assert_exactly_once(config_path: Path) -> dict[str, int]:
 
 
 def lineage_summaries(table: Any) -> list[dict[str, str]]:
-    """Summaries of the table's current lineage, oldest first (staged pre-commit snapshots are not in it)."""
+    """Summaries of the table's current lineage, oldest first."""
     by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
     node, out = by_id.get(table.metadata.current_snapshot_id), []
     while node is not None:

@@ -262,8 +262,8 @@ class Validator:
         return self._staged[1]
 
     def read(self, lines: DataFrame) -> DataFrame:
-        """Each line that is not blank, once parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p``
-        (the record, see ``Parsed``).
+        """Each line that is not blank, parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p`` (the
+        record, see ``Parsed``).
 
         Nothing in it depends on when the batch runs: a replayed batch splits valid and rejected lines
         exactly as its first attempt did."""
@@ -364,7 +364,7 @@ class Staged:
     table: Any  # the Java Iceberg table, loaded after the write (py4j)
     data_files: list[Any]  # Java DataFile objects (py4j) of the valid rows, to publish
     rows: dict[str, int]  # valid rows per partition key
-    rejected: int  # rows in the null hour partition: the batch's rejected lines (never published)
+    rejected: int  # rows of the null hour partition with a source file: the rejected lines (never published)
     min_event_time: int | None  # epoch microseconds, from the files' column bounds
     max_event_time: int | None
 
@@ -418,9 +418,10 @@ class BatchWriter:
 
     1. pre-commit: every line is written in ONE pass over the batch as data files of the events table that
        no snapshot references yet (the Spark write hands them back instead of committing them), the
-       rejected ones with a null event time (``Validator.staged_rows``). The valid rows per partition, the
-       number of rejects (the null partition) and the event-time range are read from the files' metadata
-       (record counts, column bounds); the batch's landing files from its plan (``batch_files``);
+       rejected ones (and blank lines) with a null event time (``Validator.staged_rows``). The valid rows per
+       partition, the number of rejects (the null partition's rows that have a source file) and the
+       event-time range are read from the files' metadata (record counts, null counts, column bounds); the
+       batch's landing files from its plan (``batch_files``);
     2. the rejects, if any, are committed to the rejects table (a second pass, only for batches with
        rejects);
     3. commit: one atomic catalog swap appends the data files of the valid rows to the events table with
