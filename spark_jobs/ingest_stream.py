@@ -6,7 +6,8 @@ Submitted by the ``laketide_ingest_<stream>`` DAG through ``SparkSubmitOperator`
 
 ``--mode continuous`` runs micro-batches on the stream's trigger interval until stopped (SIGTERM, or the
 stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes what has landed and exits.
-Exit codes: 0 done, 2 bad arguments or configuration, 3 checkpoint and table disagree.
+Exit codes: 0 done, 2 bad arguments or configuration, 3 checkpoint and table disagree, 4 another writer of
+the stream is running, 5 this writer lost the stream to another one, 6 the catalog stayed unreachable.
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ import logging
 import sys
 
 from laketide.config import get_config
-from laketide.errors import CheckpointMismatchError, ConfigError
+from laketide.errors import (
+    CatalogUnavailableError,
+    CheckpointMismatchError,
+    ConfigError,
+    WriterBusyError,
+    WriterFencedError,
+)
+
+EXIT_CODES: dict[type[Exception], int] = {
+    CheckpointMismatchError: 3, WriterBusyError: 4, WriterFencedError: 5, CatalogUnavailableError: 6,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run(config, stream, args.mode)
-    except CheckpointMismatchError as exc:
+    except tuple(EXIT_CODES) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_CODES[type(exc)]
     return 0
 
 

@@ -89,8 +89,11 @@ class StreamConfig(_Strict):
     #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
     min_event_time: str = "2000-01-01T00:00:00+00:00"
     max_future: timedelta = timedelta(days=1)
+    #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lease)
+    writer_lease: timedelta = timedelta(seconds=60)
 
-    @field_validator("trigger_interval", "allowed_lateness", "idle_window", "max_future", mode="before")
+    @field_validator("trigger_interval", "allowed_lateness", "idle_window", "max_future", "writer_lease",
+                     mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -144,6 +147,13 @@ class CatalogConfig(_Strict):
     #: SQLAlchemy URI: sqlite:////abs/path/catalog.db or postgresql+psycopg2://user:pw@host:port/db
     uri: str
     warehouse: str
+    #: how long a writer or status commit waits out a busy or unreachable catalog before it gives up
+    retry_timeout: timedelta = timedelta(minutes=10)
+
+    @field_validator("retry_timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return parse_duration(value)
 
     @field_validator("name")
     @classmethod

@@ -17,3 +17,15 @@ class JarsError(LaketideError):
 
 class CheckpointMismatchError(LaketideError):
     """The Spark checkpoint and the Iceberg table disagree; starting would duplicate or lose data."""
+
+
+class WriterBusyError(LaketideError):
+    """Another live writer holds the stream: a second one must not start."""
+
+
+class WriterFencedError(LaketideError):
+    """Another writer of the stream committed under this one: this one stops without committing."""
+
+
+class CatalogUnavailableError(LaketideError):
+    """The catalog stayed unreachable or busy for longer than ``catalog.retry_timeout``."""

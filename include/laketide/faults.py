@@ -2,7 +2,9 @@
 
 ``LAKETIDE_FAULT=<point>:<batch id>`` and ``LAKETIDE_FAULT_DIR=<folder>`` make the writer create
 ``<folder>/<point>-<batch>.reached`` when it gets there and then sleep, so a test can SIGKILL the real
-process at that exact place. Points, in the order a batch passes them:
+process at that exact place. With ``LAKETIDE_FAULT_MODE=hold`` the writer waits there instead until the test
+creates ``<folder>/<point>-<batch>.release``, then goes on (a test can freeze it with SIGSTOP meanwhile and
+let a second writer overtake it). Points, in the order a batch passes them:
 
 * ``batch_start``: a new micro-batch began (the previous one is committed in Iceberg and in the checkpoint)
 * ``before_commit``: pre-commit done (the batch's data files are written, in no snapshot yet),
@@ -43,7 +45,21 @@ def pause_forever(folder: str, point: str, batch_id: int) -> None:
     os._exit(1)
 
 
+def hold(folder: str, point: str, batch_id: int) -> None:
+    """Announce the point, then wait until the test releases it."""
+    marker = Path(folder) / f"{point}-{batch_id}.reached"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(os.getpid()))
+    release = marker.with_suffix(".release")
+    while not release.exists():
+        time.sleep(0.2)
+
+
 def maybe_pause(point: str, batch_id: int) -> None:
     folder = armed(point, batch_id)
-    if folder is not None:
+    if folder is None:
+        return
+    if os.environ.get("LAKETIDE_FAULT_MODE") == "hold":
+        hold(folder, point, batch_id)
+    else:
         pause_forever(folder, point, batch_id)

