@@ -113,13 +113,13 @@ def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, 
 
     Metadata only (the summaries pyiceberg already parsed). Snapshots removed by expiry are not seen: the
     callers add the source files found in the tables' rows."""
-    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    sid = table.metadata.current_snapshot_id if snapshot_id is None else snapshot_id
     summaries: list[dict[str, str]] = []
-    while snapshot is not None:
+    while sid is not None and (snapshot := by_id.get(sid)) is not None:
         if snapshot.summary is not None:
             summaries.append(dict(snapshot.summary.additional_properties))
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+        sid = snapshot.parent_snapshot_id
     return ingested_files(summaries)
 
 
