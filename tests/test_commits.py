@@ -102,3 +102,28 @@ def test_summary_properties_are_strings() -> None:
     assert json.loads(props["laketide.partition-rows"]) == {"2026-11-22T03:00:00+00:00": 5}
     assert props["laketide.valid-rows"] == "5"
     assert "laketide.watermark" not in props
+
+
+def test_source_position_records_sizes_and_times_and_reads_the_old_format() -> None:
+    from laketide.commits import SOURCE_FILES, SOURCE_STATS, SourceFiles, ingested_files, source_position
+    from laketide.landing import FileStat
+
+    files = SourceFiles({"b.jsonl": (20, 1700000000123), "a.jsonl": FileStat(10, 1700000000000)})
+    assert files == ["a.jsonl", "b.jsonl"] and len(files) == 2
+    props = summary_properties("w", 3, files, {})
+    assert json.loads(props[SOURCE_FILES]) == ["a.jsonl", "b.jsonl"]  # unchanged: a JSON list of names
+    assert json.loads(props[SOURCE_STATS]) == [[10, 1700000000000], [20, 1700000000123]]
+    assert source_position(props) == {"a.jsonl": FileStat(10, 1700000000000), "b.jsonl": FileStat(20, 1700000000123)}
+    # a plain list (and commits written before the sizes were recorded) reads as names without sizes
+    old = summary_properties("w", 2, ["c.jsonl"], {})
+    assert SOURCE_STATS not in old
+    assert source_position(old) == {"c.jsonl": None}
+    assert source_position({SOURCE_FILES: '["c.jsonl"]', SOURCE_STATS: "[[1, 2], [3, 4]]"}) == {"c.jsonl": None}
+    assert source_position({}) == {}
+    # newest first: the newest record of a file wins
+    assert ingested_files([props, old, summary_properties("w", 1, SourceFiles({"a.jsonl": (1, 1)}), {})]) == {
+        "a.jsonl": FileStat(10, 1700000000000), "b.jsonl": FileStat(20, 1700000000123), "c.jsonl": None}
+    # a batch of 100 files costs about 8 KB of summary
+    many = SourceFiles({f"20261122T03-sample-web01-{i:08d}-9a84ed0a.jsonl": (123456, 1763780000000 + i)
+                        for i in range(100)})
+    assert len(json.dumps(summary_properties("w", 1, many, {}))) < 9000

@@ -206,3 +206,131 @@ def test_next_seq_continues_after_existing_files(tmp_path: Path) -> None:
     assert landing.next_seq(tmp_path, "p") == 42
     assert landing.next_seq(tmp_path, "other-p") == 100
     assert landing.next_seq(tmp_path, "q") == 0
+
+
+# ------------------------------------------------------------------ inspect: nothing lost silently
+
+T = landing.EventTime("t")
+
+
+def _event(hour: str, minute: int = 5) -> str:
+    return json.dumps({"t": hour.replace(":00:00+", f":{minute:02d}:00+")})
+
+
+def _audit(tmp_path: Path, name: str, partitions: dict[str, int], prefix: str = "") -> None:
+    record = {"version": 1, "stream": "s", "file": name, "producer": "p", "records": sum(partitions.values()),
+              "partitions": partitions, "produced_at": datetime.now(UTC).isoformat()}
+    folder = landing.audit_dir(tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / landing.audit_name(name)).write_text(json.dumps(record))
+
+
+def _reasons(report: landing.Inspection) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in report.findings:
+        out.setdefault(f.file, []).append(str(f.reason))
+    return out
+
+
+def test_inspect_a_clean_landing_zone_reports_nothing(tmp_path: Path) -> None:
+    good = landing.publish(tmp_path, [_event(P3, m) for m in range(3)], P3, "p", 0, "s")
+    fresh = landing.publish(tmp_path, [_event(P4)], P4, "p", 1, "s")
+    report = landing.inspect(tmp_path, {good.name: landing.file_stat(good)}, event_time=T)
+    assert report.findings == []
+    assert report.pending == [fresh.name] and report.pending_for(P4) == [fresh.name] and report.pending_for(P3) == []
+    assert report.expected() == {P3: 3, P4: 1} == landing.expected_counts(tmp_path)
+    assert report.files[good.name].lines == 3 and report.files[good.name].line_hours == {P3: 3}
+
+
+def test_inspect_names_every_file_that_would_be_lost(tmp_path: Path) -> None:
+    data = landing.data_dir(tmp_path)
+    # hidden names: Spark never reads them; the audit of '.x' is '.x.json'
+    data.mkdir(parents=True)
+    under = data / "_20261122T03-p-00000000-0000abcd.jsonl"
+    under.write_text(f"{_event(P3)}\n{_event(P3)}\n")
+    _audit(tmp_path, under.name, {P3: 2})
+    (data / ".20261122T03-p-00000009-0000abcd.jsonl").write_text(_event(P3) + "\n")
+    # zero bytes: with and without expected records
+    empty = data / "20261122T03-p-00000001-0000abcd.jsonl"
+    empty.touch()
+    _audit(tmp_path, empty.name, {P3: 4})
+    quiet_empty = data / "20261122T04-p-00000002-0000abcd.jsonl"
+    quiet_empty.touch()
+    # no audit, and an unusable one
+    (data / "20261122T03-p-00000003-0000abcd.jsonl").write_text(_event(P3) + "\n")
+    (data / "20261122T03-p-00000004-0000abcd.jsonl").write_text(_event(P3) + "\n")
+    (landing.audit_dir(tmp_path) / "20261122T03-p-00000004-0000abcd.json").write_text("{not json")
+    # the audit's count disagrees with the lines (blank lines are not lines)
+    short = landing.publish(tmp_path, [_event(P3)] * 3, P3, "p", 5, "s")
+    with open(short, "ab") as handle:
+        handle.write(b"\n  \n" + _event(P3).encode() + b"\n")
+    # two hours in one file, audited as one; and an audit naming two hours
+    split = data / "20261122T03-p-00000006-0000abcd.jsonl"
+    split.write_text(f"{_event(P3)}\n{_event(P4)}\n{_event(P4, 9)}\nnot json\n")
+    _audit(tmp_path, split.name, {P3: 4})
+    multi = data / "20261122T03-p-00000007-0000abcd.jsonl"
+    multi.write_text(f"{_event(P3)}\n{_event(P4)}\n")
+    _audit(tmp_path, multi.name, {P3: 1, P4: 1})
+
+    report = landing.inspect(tmp_path, {}, event_time=T)
+    assert _reasons(report) == {
+        under.name: ["hidden name"],
+        ".20261122T03-p-00000009-0000abcd.jsonl": ["hidden name", "no audit"],
+        empty.name: ["zero bytes"],
+        quiet_empty.name: ["zero bytes"],
+        "20261122T03-p-00000003-0000abcd.jsonl": ["no audit"],
+        "20261122T03-p-00000004-0000abcd.jsonl": ["no audit"],
+        short.name: ["audit count differs"],
+        split.name: ["not one hour"],
+        multi.name: ["not one hour"],
+    }
+    by_file = {f.file: f for f in report.findings}
+    assert not by_file[quiet_empty.name].blocking and by_file[empty.name].blocking
+    assert "reports 4 record(s)" in by_file[empty.name].detail
+    assert "invalid" in by_file["20261122T03-p-00000004-0000abcd.jsonl"].detail or \
+        "unreadable" in by_file["20261122T03-p-00000004-0000abcd.jsonl"].detail
+    assert "reports 3 record(s), the file holds 4 non-blank line(s)" in by_file[short.name].detail
+    assert f"{P3} (1), {P4} (2)" in by_file[split.name].detail and by_file[split.name].hours == (P3, P4)
+    assert "names 2 hours" in by_file[multi.name].detail
+    # what is reported is not pending: Spark will never read hidden or empty files
+    assert sorted(report.pending) == sorted(
+        [n for n in report.files if not landing.hidden(n) and n not in (empty.name, quiet_empty.name)])
+    # every finding of an hour is found from that hour (the close's verification asks this way)
+    assert {f.file for f in report.findings_for(P4)} == {quiet_empty.name, split.name, multi.name}
+    # expected: every audit of a file in data/ (hidden included), so those hours mismatch and name the files
+    assert report.expected() == {P3: 2 + 4 + 3 + 4 + 1, P4: 1}
+    # a scoped inspection reads only the files of its hour (by audit or name) and the files it is given
+    # (the verification gives the sources of the hour's rows: the split file, once ingested)
+    scoped = landing.inspect(tmp_path, {}, event_time=T, hours={P4})
+    assert {f.file for f in scoped.findings} == {quiet_empty.name, multi.name}
+    scoped = landing.inspect(tmp_path, {}, event_time=T, hours={P4}, files={split.name})
+    assert {f.file for f in scoped.findings} == {quiet_empty.name, split.name, multi.name}
+    assert scoped.expected() == report.expected()
+
+
+def test_inspect_tells_files_changed_or_deleted_after_ingest(tmp_path: Path) -> None:
+    grown = landing.publish(tmp_path, [_event(P3)] * 2, P3, "p", 0, "s")
+    gone = landing.publish(tmp_path, [_event(P3)] * 5, P3, "p", 1, "s")
+    gone_with_audit = landing.publish(tmp_path, [_event(P4)] * 7, P4, "p", 2, "s")
+    old = landing.publish(tmp_path, [_event(P4)], P4, "p", 3, "s")
+    ingested: dict[str, landing.FileStat | None] = {
+        n.name: landing.file_stat(n) for n in (grown, gone, gone_with_audit)}
+    ingested[old.name] = None  # recorded before sizes were: cannot be compared
+    with open(grown, "ab") as handle:
+        handle.write((_event(P3) + "\n").encode())
+    gone.unlink()
+    gone_with_audit.unlink()
+    (landing.audit_dir(tmp_path) / landing.audit_name(gone_with_audit.name)).unlink()
+
+    report = landing.inspect(tmp_path, ingested, event_time=T)
+    by_file = {f.file: f for f in reversed(report.findings)}  # the first finding of each file
+    assert _reasons(report) == {grown.name: ["changed after ingest", "audit count differs"],
+                                gone.name: ["deleted after ingest"], gone_with_audit.name: ["deleted after ingest"]}
+    assert by_file[grown.name].blocking and "now" in by_file[grown.name].detail
+    assert not by_file[gone.name].blocking and "still expected" in by_file[gone.name].detail
+    assert by_file[gone_with_audit.name].blocking and by_file[gone_with_audit.name].hours == (P4,)
+    assert report.pending == []
+    # the deleted file's audit still counts: its rows are in the lake
+    assert report.expected() == {P3: 2 + 5, P4: 1}
+    assert landing.expected_counts(tmp_path, ingested) == report.expected()
+    assert landing.expected_counts(tmp_path) == {P3: 2, P4: 1}

@@ -3,6 +3,9 @@
 Reads the audit records of the landing zone and the two Iceberg tables through pyiceberg (no JVM).
 A rejected line is attributed to a partition through its source file's audit record (a landing file
 holds one partition); when an audit names several partitions, the reject's event hour decides.
+The expected count of a partition is ``landing.Inspection.expected`` (the close's verification uses the
+same), and every landing file that is neither ingested nor pending is reported by name with its reason
+(``landing.inspect``, against the source positions in the events table's snapshot summaries).
 
 Run ``python -m laketide.reconcile [--stream NAME]`` for a per-partition report.
 """
@@ -13,11 +16,13 @@ import argparse
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.catalog import load_catalog
+from laketide.commits import ingested_files
 from laketide.config import LaketideConfig, StreamConfig, get_config
-from laketide.landing import partition_key, partition_totals, published_files, read_audits
+from laketide.landing import EventTime, FileStat, Finding, Inspection, inspect, partition_key, read_audits
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -31,10 +36,22 @@ class PartitionCounts:
     audit: int
     lake: int
     rejects: int
+    #: landing files of the partition the writer has not ingested yet
+    pending: int = 0
+    #: reported landing files of the partition (``Report.findings``)
+    reported: int = 0
 
     @property
     def ok(self) -> bool:
         return self.audit == self.lake + self.rejects
+
+    @property
+    def status(self) -> str:
+        if self.ok:
+            return "ok"
+        if self.pending:
+            return f"PENDING ({self.pending} file(s) not ingested yet)"
+        return "MISMATCH" + (f" (see {self.reported} reported file(s))" if self.reported else "")
 
 
 @dataclass
@@ -42,12 +59,15 @@ class Report:
     partitions: list[PartitionCounts] = field(default_factory=list)
     duplicate_ids: dict[str, int] = field(default_factory=dict)
     unattributed_rejects: int = 0
-    #: published landing files the writer has not ingested yet (not counted in ``partitions``)
+    #: published landing files the writer has not ingested yet (counted in ``partitions[].audit``)
     pending_files: list[str] = field(default_factory=list)
+    #: landing files reported by name with a reason (hidden, empty, no audit, ...: ``landing.Finding``)
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(p.ok for p in self.partitions) and not self.duplicate_ids and not self.unattributed_rejects
+        return (all(p.ok for p in self.partitions) and not self.duplicate_ids and not self.unattributed_rejects
+                and not any(f.blocking for f in self.findings))
 
 
 def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[str], dict[str, int], set[str]]:
@@ -82,22 +102,54 @@ def reject_counts(table: Table, audits: dict[str, dict[str, Any]]) -> tuple[Coun
     return counts, files
 
 
+def event_time(stream: StreamConfig) -> EventTime:
+    """How ``landing.inspect`` reads the hour of a line of ``stream`` (the writer's accepted range)."""
+    return EventTime(stream.event_time_field, datetime.fromisoformat(stream.min_event_time), stream.max_future)
+
+
+def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, FileStat | None]:
+    """The landing files recorded in the snapshot summaries of ``table``'s lineage ending at ``snapshot_id``
+    (default: the current snapshot), with the size and modification time each was read at (when recorded).
+
+    Metadata only (the summaries pyiceberg already parsed). Snapshots removed by expiry are not seen: the
+    callers add the source files found in the tables' rows."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    sid = table.metadata.current_snapshot_id if snapshot_id is None else snapshot_id
+    summaries: list[dict[str, str]] = []
+    while sid is not None and (snapshot := by_id.get(sid)) is not None:
+        if snapshot.summary is not None:
+            summaries.append(dict(snapshot.summary.additional_properties))
+        sid = snapshot.parent_snapshot_id
+    return ingested_files(summaries)
+
+
 def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
-    """Compare, per partition, the audit records of the files the writer ingested with both tables."""
-    audits = read_audits(stream.landing_path)
+    """Compare, per partition, the expected counts (``landing.Inspection.expected``) with both tables, and
+    report every landing file that is neither ingested nor pending, by name with its reason."""
+    catalog = load_catalog(config.catalog)
     lake, duplicates, lake_files = lake_counts(config, stream)
-    rejects_table = load_catalog(config.catalog).load_table(stream.rejects_table)
-    rejects, reject_files = reject_counts(rejects_table, audits)
-    ingested = lake_files | reject_files
-    published = published_files(stream.landing_path)
-    expected = partition_totals(audits, ingested)
+    ingested = source_positions(catalog.load_table(stream.table))
+    rejects_table = catalog.load_table(stream.rejects_table)
+    rejects, reject_files = reject_counts(rejects_table, read_audits(stream.landing_path, hidden=True))
+    for name in (lake_files | reject_files) - {None}:
+        ingested.setdefault(name, None)
+    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream))
+    return report_of(landed, lake, rejects, duplicates)
+
+
+def report_of(landed: Inspection, lake: Counter[str], rejects: Counter[str], duplicates: dict[str, int]) -> Report:
+    expected = landed.expected()
     report = Report(
         duplicate_ids=duplicates,
         unattributed_rejects=rejects.pop(UNATTRIBUTED, 0),
-        pending_files=sorted(published - ingested),
+        pending_files=sorted(landed.pending),
+        findings=landed.findings,
     )
     for part in sorted(set(expected) | set(lake) | set(rejects)):
-        report.partitions.append(PartitionCounts(part, expected.get(part, 0), lake[part], rejects[part]))
+        report.partitions.append(PartitionCounts(
+            part, expected.get(part, 0), lake[part], rejects[part], len(landed.pending_for(part)),
+            len(landed.findings_for(part)),
+        ))
     return report
 
 
@@ -113,9 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stream {stream.name}: {stream.table} + {stream.rejects_table} vs audit records")
         print(f"  {'partition':<27} {'audit':>8} {'lake':>8} {'rejects':>8}  status")
         for p in report.partitions:
-            print(f"  {p.partition:<27} {p.audit:>8} {p.lake:>8} {p.rejects:>8}  {'ok' if p.ok else 'MISMATCH'}")
+            print(f"  {p.partition:<27} {p.audit:>8} {p.lake:>8} {p.rejects:>8}  {p.status}")
         print(f"  duplicate event ids: {len(report.duplicate_ids)}; unattributed rejects: "
-              f"{report.unattributed_rejects}; landed files not ingested yet: {len(report.pending_files)}")
+              f"{report.unattributed_rejects}; landed files not ingested yet: {len(report.pending_files)}; "
+              f"reported files: {len(report.findings)}")
+        for finding in report.findings:
+            hours = f" [hours {', '.join(finding.hours)}]" if finding.hours else ""
+            print(f"  {'FILE' if finding.blocking else 'note'} {finding.line()}{hours}")
         ok = ok and report.ok
     return 0 if ok else 1
 

@@ -3,21 +3,25 @@
 The lake rows of the partition (``start <= event_time < end``, read with pyiceberg at a chosen snapshot of
 the events table) are validated by GX 1.x through an ephemeral context against a suite of real expectations:
 
-* ``expect_table_row_count_to_equal(audit - rejects)``: what the producers reported (the audit records of
-  every published landing file) equals lake rows + rejected lines attributed to the partition;
+* ``expect_table_row_count_to_equal(audit - rejects)``: what the producers reported equals lake rows +
+  rejected lines attributed to the partition. ``audit`` is ``landing.Inspection.expected`` (the audit
+  records of the files in ``data/`` or ingested), the one definition reconciliation uses too;
 * ``expect_column_values_to_be_unique(<event id>)``;
 * ``expect_column_values_to_not_be_null`` for every required field;
 * ``expect_column_values_to_be_between(<event time>, start, end, strict_max)``.
 
+Besides, every landing file of the partition that is neither ingested nor pending is reported by name with
+its reason (``landing.inspect``: hidden name, empty, no audit, audit count differs, not one hour, changed or
+deleted after ingest); a blocking one fails the verification with the file named in the message.
+
 The full validation result is kept as JSON under ``close.results_dir/<stream>/``; :class:`Verification`
-carries the counts, one line per failed expectation and where the result was saved.
+carries the counts, one line per failed expectation or reported file and where the result was saved.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import HOUR, hour_start, partition_key, partition_totals, published_files, read_audits
-from laketide.reconcile import reject_counts
+from laketide.landing import HOUR, hour_start, inspect, partition_key, read_audits
+from laketide.reconcile import event_time, reject_counts, source_positions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,10 +60,13 @@ class Verification:
     #: published landing files of this partition the writer has not ingested yet
     pending_files: int
     snapshot_id: int | None
-    #: one line per failed expectation, with observed vs expected values
+    #: one line per failed expectation, with observed vs expected values, then one per blocking reported file
     failures: list[str]
     #: where the full GX validation result JSON was saved
     results_path: Path
+    #: every landing file of the partition reported by name: ``<file>: <reason>: <detail>``
+    #: (``landing.Finding.line``), blocking or not
+    findings: list[str] = field(default_factory=list)
 
     @property
     def missing(self) -> int:
@@ -77,7 +84,8 @@ class Verification:
         head = f"partition {partition_key(self.partition)} of {self.stream}"
         at = f"snapshot {self.snapshot_id}" if self.snapshot_id is not None else "no snapshot (empty table)"
         if self.success:
-            return f"{head} verified: {self._balance()} at {at}"
+            notes = "".join(f"; note: landing file {line}" for line in self.findings)
+            return f"{head} verified: {self._balance()} at {at}{notes}"
         parts = [f"{head} FAILED verification: {self._balance()} at {at}", *self.failures]
         if self.pending_files:
             parts.append(f"{self.pending_files} landed file(s) of the partition not ingested yet "
@@ -90,7 +98,7 @@ class Verification:
         return json.dumps({
             "success": self.success, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
             "missing": self.missing, "pending_files": self.pending_files, "snapshot_id": self.snapshot_id,
-            "failures": self.failures, "results": str(self.results_path),
+            "failures": self.failures, "findings": self.findings, "results": str(self.results_path),
         }, separators=(",", ":"))
 
 
@@ -156,13 +164,6 @@ def _ingested_elsewhere(table: Table, files: set[str], snapshot_id: int | None) 
     row_filter = In(term=Reference(SOURCE_FILE), values={literal(f) for f in files})
     scan = table.scan(row_filter=row_filter, selected_fields=(SOURCE_FILE,), snapshot_id=snapshot_id)
     return set(scan.to_arrow()[SOURCE_FILE].to_pylist())
-
-
-def pending_files(
-    audits: dict[str, dict[str, Any]], published: Iterable[str], key: str, ingested: set[str]
-) -> set[str]:
-    """Published files whose audit names partition ``key`` and that are not among ``ingested``."""
-    return {f for f in published if key in (audits.get(f) or {}).get("partitions", {}) and f not in ingested}
 
 
 def build_suite(stream: StreamConfig, start: datetime, expected_rows: int) -> ExpectationSuite:
@@ -267,27 +268,34 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     rejects_table = _load(config, stream.rejects_table, stream)
     snapshot_id = _snapshot(table, stream.table, snapshot_id)
 
-    audits = read_audits(stream.landing_path)
-    published = published_files(stream.landing_path)
-    audit = partition_totals(audits, published).get(key, 0)
+    audits = read_audits(stream.landing_path, hidden=True)
     rejected, reject_files = reject_counts(rejects_table, audits)
     rejects = rejected[key]
-
     rows = lake_rows(table, stream, start, snapshot_id)
-    ingested = set(rows[SOURCE_FILE].to_pylist()) | reject_files
-    pending = pending_files(audits, published, key, ingested)
+    here = set(rows[SOURCE_FILE].to_pylist()) - {None}
+    ingested = source_positions(table, snapshot_id) if snapshot_id is not None else {}
+    for name in here | reject_files:
+        ingested.setdefault(name, None)
+    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours={key}, files=here)
+    audit = landed.expected().get(key, 0)
+    pending = set(landed.pending_for(key))
     pending -= _ingested_elsewhere(table, pending, snapshot_id)
+    findings = landed.findings_for(key)
 
     suite = build_suite(stream, start, audit - rejects)
     result = validate(_frame(rows, stream), suite, stream)
     payload = result.to_json_dict()
     failures = [failure_line(r, audit, rejects) for r in payload.get("results", []) if not r.get("success")]
+    failures += [f"landing file {f.line()}" for f in findings if f.blocking]
     payload.setdefault("meta", {})["laketide"] = {
         "stream": stream.name, "table": stream.table, "partition": key, "snapshot_id": snapshot_id,
         "audit": audit, "lake": rows.num_rows, "rejects": rejects, "pending_files": sorted(pending),
+        "findings": [{"file": f.file, "reason": str(f.reason), "detail": f.detail, "hours": list(f.hours),
+                      "blocking": f.blocking} for f in findings],
     }
     return Verification(
-        stream=stream.name, partition=start, success=bool(result.success), audit=audit, lake=rows.num_rows,
-        rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id, failures=failures,
-        results_path=save_result(config, stream, start, payload),
+        stream=stream.name, partition=start, success=bool(result.success) and not any(f.blocking for f in findings),
+        audit=audit, lake=rows.num_rows, rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id,
+        failures=failures, results_path=save_result(config, stream, start, payload),
+        findings=[f.line() for f in findings],
     )

@@ -376,16 +376,19 @@ class Staged:
         return sum(self.rows.values())
 
 
-def batch_files(batch: DataFrame) -> list[str]:
-    """Names of the landing files a micro-batch reads (as ``_metadata.file_name``), from its plan.
+def batch_files(batch: DataFrame) -> commits.SourceFiles:
+    """Names of the landing files a micro-batch reads (as ``_metadata.file_name``), from its plan, with the
+    size and modification time Spark listed for each (the source position ``commits.summary_properties``
+    records: a file changed after ingest is told by them).
 
     Spark lists them in the file scan it planned for the batch; reading them there costs no pass over the
-    rows. Raises when the plan holds no file scan (a Spark whose plans differ from 3.5's)."""
+    rows. Empty files are not in it (Spark's scan makes no split of them). Raises when the plan holds no
+    file scan (a Spark whose plans differ from 3.5's)."""
     execution = batch._jdf.queryExecution()
     plan = execution.logical()
     # a foreachBatch micro-batch is an RDD Spark already planned: walk it rather than plan the batch again
     pending = [plan.rdd() if plan.getClass().getName() == LOGICAL_RDD else execution.toRdd()]
-    names: set[str] = set()
+    stats: dict[str, tuple[int, int]] = {}  # name -> (size, modification ms)
     scans = 0
     while pending:
         rdd = pending.pop()
@@ -393,7 +396,10 @@ def batch_files(batch: DataFrame) -> list[str]:
             scans += 1
             partitions = rdd.filePartitions()
             for i in range(partitions.size()):
-                names.update(str(f.toPath().getName()) for f in partitions.apply(i).files())
+                for f in partitions.apply(i).files():  # PartitionedFile: one split of a file
+                    name = str(f.toPath().getName())
+                    if name not in stats:
+                        stats[name] = (int(f.fileSize()), int(f.modificationTime()))
         dependencies = rdd.dependencies().iterator()
         while dependencies.hasNext():
             pending.append(dependencies.next().rdd())
@@ -402,7 +408,7 @@ def batch_files(batch: DataFrame) -> list[str]:
             f"no {FILE_SCAN_RDD} in the plan of the micro-batch: cannot name its landing files "
             "(laketide reads them from Spark 3.5's file scan; check the pyspark version in requirements.txt)"
         )
-    return sorted(names)
+    return commits.SourceFiles(stats)
 
 
 class IcebergJvm:
