@@ -178,10 +178,16 @@ def test_real_airflow_and_spark_writer_stop_on_ctrl_c(tmp_path: Path) -> None:
     try:
         read_until(proc, "laketide is running", 420)
 
-        def jvm() -> bool:
-            return any("java" in cmdline(p).split(" ")[0] for p in started_under(tmp_path))
+        def writer_running() -> bool:  # spark-submit's JVM has started the job's Python driver
+            for pid in started_under(tmp_path):
+                if "ingest_stream.py" in cmdline(pid) and "python" in cmdline(pid).split(" ")[0]:
+                    with contextlib.suppress(OSError):
+                        parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                        if "java" in cmdline(int(parent)).split(" ")[0]:
+                            return True
+            return False
 
-        wait_until(jvm, 420, "the writer's JVM")
+        wait_until(writer_running, 420, "the writer's JVM and its Python driver")
         stop_and_check(proc, tmp_path, port, "SIGINT", timeout=180)
     finally:
         if proc.poll() is None:
