@@ -195,3 +195,29 @@ def test_real_airflow_and_spark_writer_stop_on_ctrl_c(tmp_path: Path) -> None:
         for pid in started_under(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_on_make_run_piped_to_tee(tmp_path: Path) -> None:
+    """``make run 2>&1 | tee log`` then Ctrl-C: run.sh and tee get SIGINT together; tee is gone before run.sh
+    writes its last lines. run.sh still stops everything and exits 0."""
+    port = free_port()
+    shell = (f"bash {RUN} 2>&1 | tee {tmp_path}/out.log >/dev/null; "
+             f'echo "${{PIPESTATUS[0]}}" > {tmp_path}/exit-status')
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("LAKETIDE", "AIRFLOW"))}
+    environ.update({"LAKETIDE_HOME": str(tmp_path), "LAKETIDE_PORT": str(port), "LAKETIDE_STOP_GRACE": "3",
+                    "LAKETIDE_AIRFLOW_COMMAND": f"{sys.executable} {FAKE_AIRFLOW}",
+                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    job = subprocess.Popen(["bash", "-c", shell], env=environ, start_new_session=True)
+    try:
+        out = tmp_path / "out.log"
+        wait_until(lambda: out.exists() and "laketide is running" in out.read_text(), 60, "the quickstart")
+        assert len(started_under(tmp_path)) >= 9  # run.sh, tee, the pipe watcher, the producer, 5 fake processes
+        os.killpg(job.pid, signal.SIGINT)
+        job.wait(timeout=60)
+        assert (tmp_path / "exit-status").read_text().strip() == "0"
+        assert [cmdline(p) for p in started_under(tmp_path)] == []
+        wait_until(lambda: _free(port), 10, f"port {port} to be free")
+    finally:
+        for pid in started_under(tmp_path):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
