@@ -107,6 +107,10 @@ trap 'stop $?' EXIT
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$AIRFLOW__API__PORT") 2>/dev/null; then
   say "error: port $AIRFLOW__API__PORT is already in use (another laketide or Airflow?); stop it, or set LAKETIDE_PORT" >&2
+  left=$(grep -lsz '^LAKETIDE_RUN_TOKEN=' /proc/[0-9]*/environ 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' ' || true)
+  if [[ -n $left ]]; then
+    say "       processes of an earlier run (was its run.sh killed with SIGKILL?): $left" >&2
+  fi
   exit 1
 fi
 
