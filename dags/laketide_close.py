@@ -5,7 +5,8 @@ One DAG per configured stream, scheduled hourly; the run's data interval is the 
 
 1. **wait_for_partition**: a deferrable sensor decides from Iceberg metadata alone (in the triggerer) whether
    the hour is *complete*, *empty* (a real quiet hour), *lagging* (the writer is behind: keep waiting) or a
-   *gap* (the stream stalled: the task fails and the alert callback runs; nothing is closed).
+   *gap* (the stream stalled: the task fails and the alert callback runs; nothing is closed). An hour checked
+   before the stream's writer has committed anything (a fresh start: no table yet) waits for the writer.
 2. **verify**: Great Expectations checks audit count == lake + rejects, unique event ids, required columns
    not null, event times inside the hour. A failure names the numbers and leaves the hour unclosed.
 3. **close**: records the hour as closed in the status table and emits an Asset event whose extra names the

@@ -2,7 +2,16 @@
 # Run laketide on embedded defaults: Airflow standalone (SQLite, LocalExecutor) with the laketide DAGs,
 # the SQLite Iceberg catalog and local warehouse under .laketide/, local Spark, and the bundled sample
 # producer feeding the 'clicks' stream live. The ingest DAG starts the continuous writer by itself.
-# Ctrl-C stops everything; state stays in .laketide/ (make clean removes it).
+#
+# Ctrl-C (SIGINT), SIGTERM, SIGHUP, or the reader of its output going away (e.g. `| tee log` ended) stops
+# everything it started: Airflow and all its processes, the Spark writers its tasks launched (they run in
+# sessions of their own), and the producer; then it exits 0. State stays in .laketide/ (make clean removes it).
+#
+# Settings (environment):
+#   LAKETIDE_HOME             local state folder (default .laketide/)
+#   LAKETIDE_PORT             Airflow UI/API port (default 8080; another port moves the log servers to port+1, +2)
+#   LAKETIDE_STOP_GRACE       seconds processes get to stop after SIGTERM before SIGKILL (default 30)
+#   LAKETIDE_AIRFLOW_COMMAND  how Airflow is started (default "airflow standalone")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,49 +24,129 @@ export AIRFLOW__CORE__PLUGINS_FOLDER=$ROOT/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__API__PORT=${LAKETIDE_PORT:-8080}
+# tasks reach the API server at its base URL (Airflow's default is port 8080 whatever the port), and the log
+# servers of the scheduler and triggerer need free ports too: all follow LAKETIDE_PORT
+export AIRFLOW__API__BASE_URL=${AIRFLOW__API__BASE_URL:-http://localhost:$AIRFLOW__API__PORT}
+if [[ $AIRFLOW__API__PORT != 8080 ]]; then
+  export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$((AIRFLOW__API__PORT + 1))}
+  export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$((AIRFLOW__API__PORT + 2))}
+fi
 export AIRFLOW_CONN_SPARK_DEFAULT=${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "local[2]"}'}
+GRACE=${LAKETIDE_STOP_GRACE:-30}
+read -r -a AIRFLOW_COMMAND <<<"${LAKETIDE_AIRFLOW_COMMAND:-airflow standalone}"
 LOGS=$LAKETIDE_HOME/logs
 mkdir -p "$AIRFLOW_HOME" "$LOGS"
 
+# Every process started here, and everything those start (whatever session or parent they end up with),
+# carries this variable in its environment: that is how the stop finds them all. It is not exported, so this
+# script and its own helpers do not carry it.
+TOKEN="LAKETIDE_RUN_TOKEN=$$-$(date +%s%N)-$RANDOM"
 pids=()
-descendants() {
-  local child
-  for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
+
+say() { { printf '%s\n' "$*"; } 2>/dev/null || true; }  # never fails, even when stdout is gone
+
+ours() {
+  # the live processes we started: our children, every process carrying the token, and their descendants
+  local seeds
+  seeds="${pids[*]} $(grep -lsxzF "$TOKEN" /proc/[0-9]*/environ 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' ')"
+  ps -eo pid=,ppid=,stat= 2>/dev/null | awk -v seeds="$seeds" -v self=$$ '
+    BEGIN { n = split(seeds, s, " "); for (i = 1; i <= n; i++) keep[s[i]] = 1 }
+    $3 !~ /^Z/ { pid[++count] = $1; ppid[count] = $2; alive[$1] = 1 }
+    END {
+      do {
+        changed = 0
+        for (i = 1; i <= count; i++)
+          if (!(pid[i] in keep) && (ppid[i] in keep)) { keep[pid[i]] = 1; changed = 1 }
+      } while (changed)
+      for (p in keep) if ((p in alive) && p != self) print p
+    }'
 }
-cleanup() {
-  trap - INT TERM EXIT
-  echo; echo "==> stopping laketide"
-  # Airflow starts task processes in sessions of their own: collect the whole tree first
-  local all=()
-  for pid in "${pids[@]}"; do all+=("$pid" $(descendants "$pid")); done
-  kill -TERM "${all[@]}" 2>/dev/null || true
-  for _ in $(seq 1 30); do
-    alive=0; for pid in "${all[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    ((alive)) || break; sleep 1
+
+stopping=0
+stop() {
+  # stop everything we started, then exit with $1 (0 for a requested stop)
+  local code=$1 left pid deadline
+  ((stopping)) && return 0
+  stopping=1
+  trap '' INT TERM HUP PIPE
+  trap - EXIT
+  set +e
+  say ""
+  say "==> stopping laketide (Airflow, its task processes and Spark writers, the producer)"
+  declare -A signalled=()
+  deadline=$((SECONDS + GRACE))
+  while left=$(ours); [[ -n $left ]] && ((SECONDS < deadline)); do
+    for pid in $left; do
+      if [[ -z ${signalled[$pid]:-} ]]; then
+        signalled[$pid]=1
+        kill -TERM -- "-$pid" 2>/dev/null  # the process group it leads, if any
+        kill -TERM "$pid" 2>/dev/null
+      fi
+    done
+    sleep 0.5
   done
-  kill -KILL "${all[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
+  for _ in 1 2 3 4 5 6 7 8 9 10; do  # SIGKILL what is left (and whatever it started meanwhile)
+    left=$(ours)
+    [[ -z $left ]] && break
+    say "    still running after ${GRACE}s, killing: $(echo $left)"
+    kill -KILL $left 2>/dev/null
+    sleep 0.5
+  done
+  wait 2>/dev/null
+  left=$(ours)
+  if [[ -n $left ]]; then
+    say "error: could not stop: $(echo $left)" >&2
+    exit 1
+  fi
+  say "==> laketide stopped"
+  exit "$code"
 }
-trap cleanup INT TERM EXIT
+trap 'stop 0' INT TERM HUP
+trap 'stop 0' PIPE  # the reader of our output went away (e.g. tee ended): stop too
+trap 'stop $?' EXIT
 
-echo "==> sample producer: live events for stream 'clicks' (1% malformed, 2% late)"
-setsid python -m laketide.producer --mode live --rate 20 --flush-seconds 10 \
+if (exec 3<>"/dev/tcp/127.0.0.1/$AIRFLOW__API__PORT") 2>/dev/null; then
+  say "error: port $AIRFLOW__API__PORT is already in use (another laketide or Airflow?); stop it, or set LAKETIDE_PORT" >&2
+  left=$(grep -lsz '^LAKETIDE_RUN_TOKEN=' /proc/[0-9]*/environ 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' ' || true)
+  if [[ -n $left ]]; then
+    say "       processes of an earlier run (was its run.sh killed with SIGKILL?): $left" >&2
+  fi
+  exit 1
+fi
+
+if [[ -p /dev/stdout ]]; then
+  # Nothing is written while laketide runs: notice a closed pipe anyway (poll reports POLLERR on a pipe whose
+  # reader is gone) and stop as if the write had failed.
+  python3 -c '
+import os, select, signal, sys
+poll = select.poll()
+poll.register(1, 0)  # no events asked: only POLLERR / POLLHUP wake it
+poll.poll()
+os.kill(int(sys.argv[1]), signal.SIGPIPE)
+' $$ &
+  pids+=($!)
+fi
+
+say "==> sample producer: live events for stream 'clicks' (1% malformed, 2% late)"
+env "$TOKEN" setsid python -m laketide.producer --mode live --rate 20 --flush-seconds 10 \
   --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer.log" 2>&1 &
-pids+=($!)
+producer=$!
+pids+=("$producer")
 
-echo "==> Airflow standalone (first start migrates its database: about a minute)"
-setsid airflow standalone >"$LOGS/airflow.log" 2>&1 &
-pids+=($!)
+say "==> Airflow standalone (first start migrates its database: about a minute)"
+env "$TOKEN" setsid "${AIRFLOW_COMMAND[@]}" >"$LOGS/airflow.log" 2>&1 &
+airflow=$!
+pids+=("$airflow")
 
 url="http://localhost:$AIRFLOW__API__PORT"
 for _ in $(seq 1 300); do
   if curl -fsS "$url/api/v2/monitor/health" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "${pids[1]}" 2>/dev/null; then
-    echo "error: Airflow exited; see $LOGS/airflow.log" >&2; tail -20 "$LOGS/airflow.log" >&2; exit 1
+  if ! kill -0 "$airflow" 2>/dev/null; then
+    say "error: Airflow exited; see $LOGS/airflow.log" >&2; tail -20 "$LOGS/airflow.log" >&2 || true; exit 1
   fi
   sleep 1
 done
-curl -fsS "$url/api/v2/monitor/health" >/dev/null || { echo "error: Airflow UI not up; see $LOGS/airflow.log" >&2; exit 1; }
+curl -fsS "$url/api/v2/monitor/health" >/dev/null || { say "error: Airflow UI not up; see $LOGS/airflow.log" >&2; exit 1; }
 password=$(python - "$AIRFLOW_HOME" <<'PY'
 import json, pathlib, sys
 path = pathlib.Path(sys.argv[1]) / "simple_auth_manager_passwords.json.generated"
@@ -65,8 +154,7 @@ print(json.loads(path.read_text()).get("admin", "?") if path.exists() else "(see
 PY
 )
 
-cat <<INFO
-
+say "
   laketide is running.
 
   Airflow UI     $url   login: admin / $password
@@ -81,5 +169,13 @@ cat <<INFO
   Logs           $LOGS/airflow.log; writer logs in the Airflow UI (task 'writer')
 
   Ctrl-C stops everything.
-INFO
-wait -n "${pids[@]}"
+"
+status=0
+wait -n "$producer" "$airflow" || status=$?
+# not a requested stop (that exits from the trap): the producer or Airflow ended by itself
+if kill -0 "$airflow" 2>/dev/null; then
+  say "error: the producer exited ($status); see $LOGS/producer.log" >&2
+else
+  say "error: Airflow exited ($status); see $LOGS/airflow.log" >&2
+fi
+exit 1

@@ -45,19 +45,137 @@ def test_sqlite_jdbc_uri_has_wal_and_busy_timeout(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"trigger_interval": "soon"}, "streams.0.trigger_interval"),
-        ({"table": "no_namespace"}, "streams.0.table"),
-        ({"event_time_field": "nope"}, "event_time_field 'nope' is not one of fields"),
-        ({"partition_period": "day"}, "streams.0.partition_period"),
-        ({"unknown_key": 1}, "streams.0.unknown_key"),
-        ({"writer_id": "has space"}, "streams.0.writer_id"),
+        ({"trigger_interval": "soon"}, "streams[clicks].trigger_interval: not a duration"),
+        ({"table": "no_namespace"}, "streams[clicks].table"),
+        ({"event_time_field": "nope"}, "streams[clicks].event_time_field: 'nope' is not one of fields"),
+        ({"event_id_field": "event_time"}, "streams[clicks].event_id_field: must be another field"),
+        ({"rejects_table": "lake.clicks"}, "streams[clicks].rejects_table: 'lake.clicks' is also the events table"),
+        ({"partition_period": "day"}, "streams[clicks].partition_period"),
+        ({"unknown_key": 1}, "streams[clicks].unknown_key"),
+        ({"writer_id": "has space"}, "streams[clicks].writer_id"),
         ({"fields": {**STREAM_FIELDS, "_batch_id": {"type": "long"}}}, "field name '_batch_id' starts with '_'"),
+        # durations: negative or zero numbers and strings, infinite, too large
+        ({"trigger_interval": -5}, "streams[clicks].trigger_interval: must be a positive duration, not -5"),
+        ({"trigger_interval": 0}, "streams[clicks].trigger_interval: must be a positive duration"),
+        ({"trigger_interval": "0s"}, "streams[clicks].trigger_interval: must be a positive duration"),
+        ({"trigger_interval": "-5s"}, "streams[clicks].trigger_interval: not a duration"),
+        ({"idle_window": -60.0}, "streams[clicks].idle_window: must be a positive duration"),
+        ({"max_future": 0}, "streams[clicks].max_future: must be a positive duration"),
+        ({"allowed_lateness": -1}, "streams[clicks].allowed_lateness: must not be negative"),
+        ({"trigger_interval": float("inf")}, "streams[clicks].trigger_interval: not a duration"),
+        ({"trigger_interval": "99999999999 days"},
+         "streams[clicks].trigger_interval: duration '99999999999 days' is out of range"),
+        ({"trigger_interval": True}, "streams[clicks].trigger_interval: not a duration"),
+        # timing that cannot work, paths that cannot be shared
+        ({"trigger_interval": "1m", "idle_window": "30s"},
+         "streams[clicks].idle_window: 30s is not longer than trigger_interval (60s)"),
+        ({"checkpoint_path": "{home}/landing/clicks/_checkpoint"},
+         "streams[clicks].checkpoint_path: '{home}/landing/clicks/_checkpoint' overlaps landing_path"),
+        ({"checkpoint_path": "{home}/landing/clicks"}, "streams[clicks].checkpoint_path:"),
+        ({"landing_path": "{home}/checkpoints/clicks/landing"}, "streams[clicks].checkpoint_path:"),
+        ({"landing_path": "{home}/warehouse"},
+         "streams[clicks].landing_path: '{home}/warehouse' overlaps the warehouse"),
+        ({"landing_path": "{home}/warehouse/lake/in"}, "streams[clicks].landing_path:"),
+        ({"checkpoint_path": "{home}/warehouse/lake/clicks/_checkpoint"},
+         "streams[clicks].checkpoint_path: '{home}/warehouse/lake/clicks/_checkpoint' is inside the warehouse"),
+        ({"landing_path": "landing/clicks"}, "streams[clicks].landing_path: 'landing/clicks' is a relative path"),
+        ({"min_event_time": "yesterday"}, "streams[clicks].min_event_time: 'yesterday' is not an ISO timestamp"),
+        ({"min_event_time": "2000-01-01T00:00:00"}, "streams[clicks].min_event_time: '2000-01-01T00:00:00' has no UTC"),
     ],
 )
 def test_bad_setting_names_the_key(tmp_path: Path, overrides: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(write_config(tmp_path, **overrides), environ={})
-    assert named in str(err.value)
+    assert named.replace("{home}", str(tmp_path)) in str(err.value)
+
+
+def test_negative_override_from_the_environment_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"streams\[clicks\]\.trigger_interval: must be a positive duration"):
+        load_config(write_config(tmp_path), environ={"LAKETIDE__STREAMS__CLICKS__TRIGGER_INTERVAL": "-5"})
+
+
+@pytest.mark.parametrize(
+    ("close", "named"),
+    [
+        ({"poke_interval": 0}, "close.poke_interval: must be a positive duration"),
+        ({"sensor_timeout": "-1h"}, "close.sensor_timeout: not a duration"),
+        ({"sensor_timeout": -3600}, "close.sensor_timeout: must be a positive duration"),
+        ({"poke_interval": "5m", "sensor_timeout": "1m"}, "close.sensor_timeout: 60s is not longer than poke_interval"),
+        ({"status_table": "lake.clicks"}, "close.status_table: 'lake.clicks' is the table of stream 'clicks'"),
+        ({"results_dir": "{home}/landing/clicks/gx"}, "close.results_dir: '{home}/landing/clicks/gx' is inside"),
+        ({"results_dir": "{home}/warehouse/gx"}, "close.results_dir: '{home}/warehouse/gx' is inside the warehouse"),
+    ],
+)
+def test_bad_close_setting_names_the_key(tmp_path: Path, close: dict[str, object], named: str) -> None:
+    path = write_config(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["close"] = close
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert named.replace("{home}", str(tmp_path)) in str(err.value)
+
+
+def test_warehouse_inside_a_landing_zone_is_refused(tmp_path: Path) -> None:
+    path = write_config(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["catalog"]["warehouse"] = "file://{home}/landing/clicks/warehouse"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"streams\[clicks\]\.landing_path: .* overlaps the warehouse"):
+        load_config(path, environ={})
+    raw["catalog"]["warehouse"] = "s3://bucket/warehouse"  # remote storage: nothing local to compare
+    path.write_text(yaml.safe_dump(raw))
+    assert load_config(path, environ={}).catalog.warehouse == "s3://bucket/warehouse"
+
+
+def two_streams(tmp_path: Path, **views: object) -> Path:
+    """The test configuration plus a stream 'views' with its own folders, tables and writer id, then ``views``."""
+    path = write_config(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["streams"].append({
+        **raw["streams"][0], "name": "views", "landing_path": "{home}/landing/views",
+        "checkpoint_path": "{home}/checkpoints/views", "table": "lake.views", "rejects_table": "lake.views_rejects",
+        "writer_id": "views-writer", **views,
+    })
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_two_streams_with_their_own_keys_load(tmp_path: Path) -> None:
+    assert [s.name for s in load_config(two_streams(tmp_path), environ={}).streams] == ["clicks", "views"]
+
+
+@pytest.mark.parametrize(
+    ("views", "named"),
+    [
+        ({"writer_id": "clicks-writer"},
+         "streams[views].writer_id: 'clicks-writer' is already the writer_id of stream 'clicks'"),
+        ({"table": "lake.clicks"}, "streams[views].table: 'lake.clicks' is already the table of stream 'clicks'"),
+        ({"rejects_table": "lake.clicks"}, "streams[views].rejects_table: 'lake.clicks' is already the table"),
+        ({"name": "clicks"}, "streams[1].name: stream name 'clicks' is used twice"),
+        ({"landing_path": "{home}/landing/clicks"},
+         "streams[views].landing_path: '{home}/landing/clicks' overlaps the landing zone of stream 'clicks'"),
+        ({"landing_path": "{home}/landing/clicks/views"}, "streams[views].landing_path:"),
+        ({"landing_path": "{home}/landing"}, "streams[views].landing_path:"),
+        ({"checkpoint_path": "{home}/checkpoints/clicks"},
+         "streams[views].checkpoint_path: '{home}/checkpoints/clicks' overlaps the checkpoint of stream 'clicks'"),
+        ({"checkpoint_path": "{home}/landing/clicks/views-checkpoint"},
+         "overlaps the landing zone of stream 'clicks'"),
+    ],
+)
+def test_streams_sharing_a_key_are_refused(tmp_path: Path, views: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(two_streams(tmp_path, **views), environ={})
+    assert named.replace("{home}", str(tmp_path)) in str(err.value)
+
+
+def test_every_problem_is_listed(tmp_path: Path) -> None:
+    path = two_streams(tmp_path, writer_id="clicks-writer", checkpoint_path="{home}/checkpoints/clicks")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    lines = str(err.value).splitlines()[1:]
+    assert [line.split(":")[0] for line in lines] == ["  - streams[views].writer_id",
+                                                      "  - streams[views].checkpoint_path"]
 
 
 def test_missing_required_key_is_named(tmp_path: Path) -> None:
@@ -65,7 +183,7 @@ def test_missing_required_key_is_named(tmp_path: Path) -> None:
     raw = yaml.safe_load(path.read_text())
     del raw["streams"][0]["rejects_table"]
     path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=r"streams\.0\.rejects_table: Field required"):
+    with pytest.raises(ConfigError, match=r"streams\[clicks\]\.rejects_table: Field required"):
         load_config(path, environ={})
 
 
@@ -85,3 +203,4 @@ def test_parse_duration() -> None:
     assert parse_duration(90) == timedelta(seconds=90)
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("ten")
+    assert parse_duration(-5) == timedelta(seconds=-5)  # the sign is checked by the keys that need one

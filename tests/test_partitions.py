@@ -93,11 +93,41 @@ def test_gap_when_commits_bring_no_new_events() -> None:
     assert state == State.GAP and "no new events" in reason
 
 
-def test_no_commit_at_all() -> None:
+def test_writer_not_started_waits_however_late_it_is() -> None:
+    """No commit of the writer yet (it has not started, or its table does not exist): wait, never a gap; the
+    sensor's timeout is what alerts when the writer never comes."""
     due = P + timedelta(hours=1, minutes=10)
-    assert classify(stream(), P, Cursor(KEY), due)[0] == State.OPEN
-    state, reason = classify(stream(), P, Cursor(KEY), due + timedelta(minutes=5))
-    assert state == State.GAP and "committed nothing" in reason
+    for now in (due - timedelta(minutes=1), due + timedelta(minutes=5), due + timedelta(days=2)):
+        state, reason = classify(stream(), P, Cursor(KEY), now)
+        assert state == State.OPEN and "waiting for the writer" in reason and "laketide_ingest_clicks" in reason
+    # another writer's commits (e.g. a compaction, an old writer id) do not count as this writer's start
+    other = advance(Cursor(KEY), [Snap(1, None, 1, ms(P), {"laketide.writer-id": "old", "laketide.watermark":
+                                                           (P + timedelta(hours=5)).isoformat()})], "w")
+    assert classify(stream(), P, other, due + timedelta(hours=1))[0] == State.OPEN
+
+
+def test_once_the_writer_starts_the_hour_is_decided() -> None:
+    due = P + timedelta(hours=1, minutes=10)
+    started = due + timedelta(hours=1)  # the writer started long after the hour was due
+    first = seen(started - timedelta(minutes=1), 0, last_commit=started)  # its watermark passed the hour: empty
+    assert classify(stream(), P, first, started + timedelta(seconds=1))[0] == State.EMPTY
+    rows = seen(started - timedelta(minutes=1), 7, last_added=started)  # it brought rows of the hour: complete
+    assert classify(stream(), P, rows, started + timedelta(seconds=1))[0] == State.OPEN  # still arriving
+    assert classify(stream(), P, rows, started + timedelta(minutes=5))[0] == State.COMPLETE
+
+
+def test_writer_committing_only_rejects_is_a_gap_after_the_idle_window() -> None:
+    due = P + timedelta(hours=1, minutes=10)
+
+    def rejects_only(at: datetime) -> Snap:
+        return Snap(ms(at), None, 1, ms(at), {"laketide.writer-id": "w"})  # a commit without a watermark
+
+    cursor = advance(Cursor(KEY), [rejects_only(due - timedelta(minutes=2)), rejects_only(due)], "w")
+    assert cursor.watermark is None and cursor.watermark_since_ms == ms(due - timedelta(minutes=2))
+    assert classify(stream(), P, cursor, due - timedelta(minutes=1))[0] == State.OPEN  # not due yet
+    assert classify(stream(), P, cursor, due + timedelta(minutes=2))[0] == State.OPEN  # within the idle window
+    state, reason = classify(stream(), P, cursor, due + timedelta(minutes=3))
+    assert state == State.GAP and "no valid event" in reason
 
 
 def test_advance_counts_only_this_writer_and_this_partition() -> None:
@@ -137,14 +167,15 @@ def test_bad_partition_is_refused(lake: Lake) -> None:
         check_partition(lake.config, lake.stream, P.replace(minute=30))
 
 
-def test_table_not_created_yet_is_open_then_a_gap(lake: Lake) -> None:
-    """Before the writer's first batch the table does not exist: wait, then alert, naming the table."""
+def test_table_not_created_yet_waits_not_a_gap(lake: Lake) -> None:
+    """Before the writer's first batch the table does not exist: wait (naming the table), however late it is."""
     missing = lake.stream.model_copy(update={"table": "lake.not_yet"})
     due = P + timedelta(hours=1, minutes=10)
-    status, _ = check_partition(lake.config, missing, P, now=due)
-    assert status.state == State.OPEN and "'lake.not_yet' does not exist" in status.reason
-    status, _ = check_partition(lake.config, missing, P, now=due + timedelta(minutes=10))
-    assert status.state == State.GAP and "committed nothing" in status.reason
+    for now in (due, due + timedelta(minutes=10), due + timedelta(days=1)):
+        status, cursor = check_partition(lake.config, missing, P, now=now)
+        assert status.state == State.OPEN and not status.decided
+        assert "'lake.not_yet' does not exist" in status.reason and "waiting for the writer" in status.reason
+        assert cursor == Cursor(KEY)
 
 
 # -- scenarios over the real lake ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,3 +131,17 @@ def test_sensor_gap_fails_records_and_names_the_reason(sensor_env: Lake) -> None
     assert gap.state == State.GAP and "stalled" in (gap.reason or "")
     with pytest.raises(AirflowSensorTimeout, match="still lagging"):
         s.execute_complete({"run_id": "r"}, {**event, "state": "lagging", "timeout": True, "reason": "behind"})
+
+
+def test_run_waits_for_a_writer_that_has_not_created_its_table(tmp_path: Path) -> None:
+    """A fresh installation: the table does not exist, the hour is long past. No gap: the trigger keeps
+    waiting (until its deadline, with the reason) for the writer to start."""
+    from tests.helpers import write_config
+
+    config_path = write_config(tmp_path)
+    deadline = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+    t = PartitionCompletionTrigger(str(config_path), "clicks", "2026-01-01T00:00:00+00:00", poke_interval=0.5,
+                                   deadline=deadline)
+    event = first_event(t)
+    assert (event["state"], event["timeout"]) == ("open", True)
+    assert "does not exist" in event["reason"] and "waiting for the writer" in event["reason"]

@@ -12,12 +12,14 @@ A wrong or missing setting raises :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -43,11 +45,60 @@ def parse_duration(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return timedelta(seconds=float(value))
-    match = _DURATION.match(str(value).lower())
-    if not match or match.group(2) not in _UNITS:
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value).lower())
+        if not match or match.group(2) not in _UNITS:
+            raise ValueError(f"not a duration: {value!r} (use e.g. '30s', '10 minutes', '1h')")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not math.isfinite(seconds):
         raise ValueError(f"not a duration: {value!r} (use e.g. '30s', '10 minutes', '1h')")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration {value!r} is out of range (at most {timedelta.max.days} days)") from None
+
+
+def positive_duration(value: Any) -> timedelta:
+    """A duration above zero (a negative or zero interval, window or timeout is refused)."""
+    duration = parse_duration(value)
+    if duration <= timedelta(0):
+        raise ValueError(f"must be a positive duration, not {value!r} (use e.g. '30s', '10 minutes', '1h')")
+    return duration
+
+
+def non_negative_duration(value: Any) -> timedelta:
+    """A duration of zero or more."""
+    duration = parse_duration(value)
+    if duration < timedelta(0):
+        raise ValueError(f"must not be negative: {value!r} (use 0 for none, or e.g. '10m')")
+    return duration
+
+
+def _secs(value: timedelta) -> str:
+    return f"{value.total_seconds():g}s"
+
+
+def _absolute(value: Path) -> Path:
+    if not value.is_absolute():
+        raise ValueError(f"{str(value)!r} is a relative path: the Spark jobs and Airflow workers run from other "
+                         "folders; use an absolute path or '{home}/...'")
+    return value
+
+
+def _local_path(location: str) -> Path | None:
+    """The local folder of a warehouse location (``file://...`` or a plain path), None for remote storage."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file") and not parsed.netloc:
+        path = Path(unquote(parsed.path))
+        return path if path.is_absolute() else None
+    return None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` is ``folder`` or lies under it (symbolic links resolved as far as they exist)."""
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
 
 
 def check_table_name(value: str) -> str:
@@ -92,11 +143,31 @@ class StreamConfig(_Strict):
     #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lease)
     writer_lease: timedelta = timedelta(seconds=60)
 
-    @field_validator("trigger_interval", "allowed_lateness", "idle_window", "max_future", "writer_lease",
-                     mode="before")
+    @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
-        return parse_duration(value)
+        return positive_duration(value)
+
+    @field_validator("allowed_lateness", mode="before")
+    @classmethod
+    def _lateness(cls, value: Any) -> timedelta:
+        return non_negative_duration(value)
+
+    @field_validator("landing_path", "checkpoint_path")
+    @classmethod
+    def _path(cls, value: Path) -> Path:
+        return _absolute(value)
+
+    @field_validator("min_event_time")
+    @classmethod
+    def _min_event_time(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO timestamp like 2000-01-01T00:00:00+00:00") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"{value!r} has no UTC offset: write e.g. 2000-01-01T00:00:00+00:00")
+        return value
 
     @field_validator("name", "writer_id")
     @classmethod
@@ -126,13 +197,25 @@ class StreamConfig(_Strict):
         for key in ("event_time_field", "event_id_field"):
             name = getattr(self, key)
             if name not in self.fields:
-                raise ValueError(f"{key} {name!r} is not one of fields {sorted(self.fields)}")
+                raise ValueError(f"{key}: {name!r} is not one of fields {sorted(self.fields)}")
             if not self.fields[name].required:
-                raise ValueError(f"{key} {name!r} must be declared required: true")
+                raise ValueError(f"{key}: field {name!r} must be declared required: true")
         if self.fields[self.event_time_field].type != "timestamp":
-            raise ValueError(f"event_time_field {self.event_time_field!r} must have type timestamp")
+            raise ValueError(f"event_time_field: field {self.event_time_field!r} must have type timestamp")
+        if self.event_time_field == self.event_id_field:
+            raise ValueError("event_id_field: must be another field than event_time_field")
         if self.table == self.rejects_table:
-            raise ValueError("table and rejects_table must differ")
+            raise ValueError(f"rejects_table: {self.table!r} is also the events table; name another table")
+        if self.idle_window <= self.trigger_interval:
+            raise ValueError(
+                f"idle_window: {_secs(self.idle_window)} is not longer than trigger_interval "
+                f"({_secs(self.trigger_interval)}); "
+                "the writer commits at most once per trigger, so every hour would look stalled (a gap): "
+                "use several trigger intervals")
+        if _inside(self.checkpoint_path, self.landing_path) or _inside(self.landing_path, self.checkpoint_path):
+            raise ValueError(
+                f"checkpoint_path: {str(self.checkpoint_path)!r} overlaps landing_path {str(self.landing_path)!r}; "
+                "keep the checkpoint outside the landing zone (e.g. {home}/checkpoints/<stream>)")
         return self
 
     @property
@@ -153,7 +236,7 @@ class CatalogConfig(_Strict):
     @field_validator("retry_timeout", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
-        return parse_duration(value)
+        return positive_duration(value)
 
     @field_validator("name")
     @classmethod
@@ -198,7 +281,14 @@ class CloseConfig(_Strict):
     @field_validator("poke_interval", "sensor_timeout", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
-        return parse_duration(value)
+        return positive_duration(value)
+
+    @model_validator(mode="after")
+    def _timing(self) -> CloseConfig:
+        if self.sensor_timeout <= self.poke_interval:
+            raise ValueError(f"sensor_timeout: {_secs(self.sensor_timeout)} is not longer than poke_interval "
+                             f"({_secs(self.poke_interval)}); the sensor would give up before its second check")
+        return self
 
     @field_validator("status_table")
     @classmethod
@@ -222,12 +312,10 @@ class LaketideConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> LaketideConfig:
-        names = [s.name for s in self.streams]
-        if len(set(names)) != len(names):
-            raise ValueError(f"stream names must be unique: {names}")
-        tables = [t for s in self.streams for t in (s.table, s.rejects_table)]
-        if len(set(tables)) != len(tables):
-            raise ValueError(f"each stream needs its own tables: {tables}")
+        problems = _shared_keys(self) + _overlapping_paths(self)
+        if problems:
+            # each problem starts with the key it is about: the message lists them all
+            raise ValueError("\n".join(problems))
         return self
 
     def stream(self, name: str) -> StreamConfig:
@@ -235,6 +323,73 @@ class LaketideConfig(_Strict):
             if stream.name == name:
                 return stream
         raise ConfigError(f"unknown stream {name!r}: configured streams are {[s.name for s in self.streams]}")
+
+
+def _key(stream: StreamConfig, field: str) -> str:
+    return f"streams[{stream.name}].{field}"
+
+
+def _shared_keys(config: LaketideConfig) -> list[str]:
+    """Names, writer ids and tables that two streams (or a stream and the status table) share."""
+    problems: list[str] = []
+    owners: dict[tuple[str, str], str] = {}
+    for i, stream in enumerate(config.streams):
+        if stream.name in [s.name for s in config.streams[:i]]:
+            problems.append(f"streams[{i}].name: stream name {stream.name!r} is used twice; give each stream its own")
+            continue
+        claims = [("writer_id", stream.writer_id), ("table", stream.table), ("rejects_table", stream.rejects_table)]
+        for field, value in claims:
+            kind = "writer id" if field == "writer_id" else "table"
+            owner = owners.get((kind, value))
+            if owner is not None:
+                what = ("the dedupe key: two streams with one writer id would skip each other's batches"
+                        if kind == "writer id" else "each stream needs its own tables")
+                problems.append(f"{_key(stream, field)}: {value!r} is already {owner}; {what}")
+            else:
+                owners[(kind, value)] = f"the {field} of stream {stream.name!r}"
+    status = config.close.status_table
+    if ("table", status) in owners:
+        problems.append(f"close.status_table: {status!r} is {owners[('table', status)]}; "
+                        "use a table of its own (default laketide.partition_status)")
+    return problems
+
+
+def _overlapping_paths(config: LaketideConfig) -> list[str]:
+    """Landing zones, checkpoints, the warehouse and the results folder must not lie inside one another."""
+    problems: list[str] = []
+    warehouse = _local_path(config.catalog.warehouse)
+    for i, stream in enumerate(config.streams):
+        landing, checkpoint = stream.landing_path, stream.checkpoint_path
+        if warehouse is not None:
+            if _inside(landing, warehouse) or _inside(warehouse, landing):
+                problems.append(f"{_key(stream, 'landing_path')}: {str(landing)!r} overlaps the warehouse "
+                                f"{config.catalog.warehouse!r}: the writer would read table files as landed events; "
+                                "keep the landing zone apart (e.g. {home}/landing/<stream>)")
+            if _inside(checkpoint, warehouse) or _inside(warehouse, checkpoint):
+                problems.append(f"{_key(stream, 'checkpoint_path')}: {str(checkpoint)!r} is inside the warehouse "
+                                f"{config.catalog.warehouse!r} (the table location): remove_orphan_files would delete "
+                                "it (Iceberg #7334); keep it apart (e.g. {home}/checkpoints/<stream>)")
+        for other in config.streams[:i]:
+            if _inside(landing, other.landing_path) or _inside(other.landing_path, landing):
+                problems.append(f"{_key(stream, 'landing_path')}: {str(landing)!r} overlaps the landing zone of "
+                                f"stream {other.name!r} ({str(other.landing_path)!r}): give each stream its own folder")
+            if _inside(checkpoint, other.checkpoint_path) or _inside(other.checkpoint_path, checkpoint):
+                problems.append(f"{_key(stream, 'checkpoint_path')}: {str(checkpoint)!r} overlaps the checkpoint of "
+                                f"stream {other.name!r} ({str(other.checkpoint_path)!r}): give each stream its own")
+        for other in config.streams:
+            if other is stream:
+                continue
+            if _inside(checkpoint, other.landing_path) or _inside(other.landing_path, checkpoint):
+                problems.append(f"{_key(stream, 'checkpoint_path')}: {str(checkpoint)!r} overlaps the landing zone "
+                                f"of stream {other.name!r} ({str(other.landing_path)!r}): keep checkpoints apart")
+        results = config.close.results_dir
+        if _inside(results, landing) or _inside(results, checkpoint):
+            problems.append(f"close.results_dir: {str(results)!r} is inside the landing zone or the checkpoint of "
+                            f"stream {stream.name!r}: keep it apart (default {{home}}/gx)")
+    if warehouse is not None and _inside(config.close.results_dir, warehouse):
+        problems.append(f"close.results_dir: {str(config.close.results_dir)!r} is inside the warehouse "
+                        f"{config.catalog.warehouse!r}: remove_orphan_files would delete it; keep it apart")
+    return problems
 
 
 def _expand(value: Any, home: str) -> Any:
@@ -268,11 +423,35 @@ def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
         node[path[-1]] = yaml.safe_load(value) if value else value
 
 
-def _format_errors(exc: ValidationError, source: str) -> str:
+_FIELD_FIRST = re.compile(r"^([a-z_]+(?:\[[^\]]*\])?(?:\.[a-z_]+)*): ")
+
+
+def _location(loc: tuple[int | str, ...], raw: dict[str, Any]) -> str:
+    """``streams.0.trigger_interval`` as ``streams[clicks].trigger_interval`` (streams by name, as in overrides)."""
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int) and i == 1 and loc[0] == "streams":
+            streams = raw.get("streams")
+            item = streams[part] if isinstance(streams, list) and part < len(streams) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            parts[-1] += f"[{name}]" if isinstance(name, str) and name else f"[{part}]"
+        else:
+            parts.append(str(part))
+    return ".".join(parts)
+
+
+def _format_errors(exc: ValidationError, source: str, raw: dict[str, Any] | None = None) -> str:
     lines = [f"invalid laketide configuration ({source}):"]
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        lines.append(f"  - {loc or '<root>'}: {err['msg']}")
+        loc = _location(tuple(err["loc"]), raw or {})
+        msg = err["msg"].removeprefix("Value error, ")
+        # a check across keys of a section (the section's own validator) begins each line with the key it is about
+        whole_section = err["type"] == "value_error" and (len(err["loc"]) <= 1 or isinstance(err["loc"][-1], int))
+        for line in msg.split("\n"):
+            key = loc
+            if whole_section and (field := _FIELD_FIRST.match(line)):
+                key, line = ".".join(p for p in (loc, field.group(1)) if p), line[field.end():]
+            lines.append(f"  - {key or '<root>'}: {line}")
     return "\n".join(lines)
 
 
@@ -308,7 +487,7 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
     try:
         return LaketideConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, str(cfg_path))) from None
+        raise ConfigError(_format_errors(exc, str(cfg_path), raw)) from None
 
 
 @lru_cache(maxsize=4)

@@ -23,7 +23,7 @@ from laketide.snapshots import Snap, TableNotFoundError, lineage
 class State(StrEnum):
     """Every state a partition goes through (the status table's ``state`` column)."""
 
-    OPEN = "open"  # the writer's watermark has not passed partition end + allowed lateness
+    OPEN = "open"  # the watermark has not passed partition end + lateness, or the writer has not started yet
     COMPLETE = "complete"  # watermark passed end + lateness, and no rows added for the idle window
     EMPTY = "empty"  # watermark passed end + lateness, and the partition has no rows (a real quiet hour)
     LAGGING = "lagging"  # the writer is more than two periods behind now: nothing is declared
@@ -119,7 +119,8 @@ def advance(cursor: Cursor, commits: list[Snap], writer_id: str) -> Cursor:
             snapshot_id=snap.snapshot_id,
             last_commit_ms=snap.timestamp_ms,
             watermark=watermark,
-            watermark_since_ms=state.watermark_since_ms if watermark == state.watermark else snap.timestamp_ms,
+            watermark_since_ms=(state.watermark_since_ms if watermark == state.watermark and state.last_commit_ms
+                                is not None else snap.timestamp_ms),
             rows=state.rows + added,
             last_added_ms=snap.timestamp_ms if added else state.last_added_ms,
         )
@@ -175,11 +176,20 @@ def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datet
     """
     due = partition + HOUR + stream.allowed_lateness
     idle = stream.idle_window
-    if seen.watermark is None:
-        if now >= due + idle:
-            return State.GAP, (f"writer {stream.writer_id!r} has committed nothing to {stream.table}; the "
-                               f"partition was due at {due.isoformat()}: is laketide_ingest_{stream.name} running?")
-        return State.OPEN, "no commit from the writer yet"
+    if seen.last_commit_ms is None:
+        # the writer has not started (no table yet, or no commit of this writer id): nothing can be decided and
+        # nothing is wrong with the hour yet; the sensor waits (its timeout alerts if the writer never comes)
+        return State.OPEN, (f"waiting for the writer: {stream.writer_id!r} has not committed to {stream.table} yet "
+                            f"(is laketide_ingest_{stream.name} running?); the hour is decided once it has")
+    if seen.watermark is None:  # the writer commits, but no valid event yet (only rejects)
+        if now < due:
+            return State.OPEN, "the writer has committed no valid event yet"
+        assert seen.watermark_since_ms is not None
+        if _ago(now, seen.last_commit_ms) >= idle or _ago(now, seen.watermark_since_ms) >= idle:
+            return State.GAP, (f"stream {stream.name} stalled: writer {stream.writer_id!r} has committed no valid "
+                               f"event since {_at(seen.watermark_since_ms)} (last commit {_at(seen.last_commit_ms)}, "
+                               f"idle window {idle}); the partition was due at {due.isoformat()}. Check the producers.")
+        return State.OPEN, "the writer has committed no valid event yet"
     watermark = datetime.fromisoformat(seen.watermark)
     behind = now - watermark
     if behind > LAG_PERIODS * HOUR:

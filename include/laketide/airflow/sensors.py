@@ -16,8 +16,8 @@ class PartitionCompletionSensor(BaseSensorOperator):
 
     Outcomes: ``complete`` and ``empty`` succeed and push the status (XCom ``return_value``) for the close;
     ``gap`` (a stalled stream) records the gap in the status table and fails without retrying, which runs
-    the task's ``on_failure_callback`` (the alert hook); ``open`` and ``lagging`` keep waiting, until
-    ``timeout`` fails the task with the last reason.
+    the task's ``on_failure_callback`` (the alert hook); ``open`` (including "the writer has not committed yet,
+    its table may not exist") and ``lagging`` keep waiting, until ``timeout`` fails the task with the last reason.
 
     :param stream: stream name (templated)
     :param partition: the hour to wait for (templated), by default the run's data interval start
