@@ -113,6 +113,18 @@ def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240) ->
     raise AssertionError(f"timed out waiting for {path}")
 
 
+def wait_for_log(config_path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
+    """Wait until the writer's log holds ``text``; fail early if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in writer_log(config_path):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"writer exited with {proc.returncode} before logging {text!r}")
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {text!r} in the writer log")
+
+
 def writer_log(config_path: Path) -> str:
     path = config_path.parent / "writer.log"
     return path.read_text(errors="replace") if path.exists() else ""

@@ -36,20 +36,36 @@ def test_ingest_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
     dag = dagbag.dags["laketide_ingest_clicks"]
     assert dag.max_active_runs == 1
     assert type(dag.timetable).__name__ == "ContinuousTimetable"
-    assert dag.params["mode"] == "continuous"
     (task,) = dag.tasks
-    assert task.job_args == ["--stream", "clicks", "--mode", "{{ params.mode }}"]
+    assert task.job_args == ["--stream", "clicks", "--mode", "continuous"]
     assert task._conn_id == "spark_default"
+    once = dagbag.dags["laketide_ingest_clicks_once"]
+    assert once.timetable.summary == "None"
+    (task,) = once.tasks
+    assert task.job_args == ["--stream", "clicks", "--mode", "incremental"]
+    assert 4 in task.fatal_exit_codes  # beside a live writer: refused at once, not retried
 
 
-def test_wrong_param_is_refused_and_changes_nothing(dagbag) -> None:  # type: ignore[no-untyped-def]
-    from airflow.sdk.exceptions import ParamValidationError
+@pytest.mark.slow
+def test_one_off_run_beside_a_live_writer_is_refused_at_once(dagbag) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from tests.helpers import kill_group, start_writer, wait_for_log
 
     config_path = dagbag.config_path
-    with pytest.raises(ParamValidationError, match="'sometimes' is not one of"):
-        dagbag.dags["laketide_ingest_clicks"].test(run_conf={"mode": "sometimes"})
-    assert not (config_path.parent / "catalog.db").exists()
-    assert not load(config_path).stream("clicks").checkpoint_path.exists()
+    produce(config_path, "--start", "2026-11-22T01:00:00+00:00", "--hours", "1", "--events-per-hour", "100",
+            "--seed", "4")
+    live = start_writer(config_path, mode="continuous")
+    try:
+        wait_for_log(config_path, "started in continuous mode", live)
+        started = time.monotonic()
+        run = dagbag.dags["laketide_ingest_clicks_once"].test()
+        assert run.state == "failed"
+        assert time.monotonic() - started < 180  # not queued, not retried
+        ti = run.get_task_instance("writer")
+        assert ti.try_number == 1
+    finally:
+        kill_group(live)
 
 
 @pytest.mark.slow

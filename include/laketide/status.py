@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 import sys
-import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -49,9 +47,6 @@ TABLE_PROPERTIES = {
     "commit.retry.min-wait-ms": "50",
     "commit.retry.max-wait-ms": "2000",
 }
-#: attempts of :func:`record` (each reloads the table) when a commit still fails: pyiceberg's own retries
-#: are exhausted, or SQLite reports "database is locked" (not a CommitFailedException, so not retried inside)
-COMMIT_ATTEMPTS = 5
 _COUNTS = ("rows", "rejects", "audit")
 
 
@@ -178,44 +173,41 @@ def _arrow(table: Table, records: tuple[StatusRecord, ...]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=table.schema().as_arrow())
 
 
-def _retryable(exc: Exception) -> bool:
+def _retryable(exc: BaseException) -> bool:
+    """A conflicting commit, a locked SQLite catalog or a catalog server that cannot be reached: try again."""
     from pyiceberg.exceptions import CommitFailedException
+    from sqlalchemy.exc import DBAPIError, OperationalError
 
-    if isinstance(exc, CommitFailedException):
+    if isinstance(exc, (CommitFailedException, OperationalError)):
         return True
-    # SQLite serialises writers: a concurrent commit may also surface as "database is locked"
-    return type(exc).__name__ == "OperationalError" and "locked" in str(exc)
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
 def record(config: LaketideConfig, *records: StatusRecord) -> None:
     """Append ``records`` to the status table in one commit.
 
-    Concurrent writers (two DAG tasks) may conflict: pyiceberg retries the commit on the refreshed table
-    (``commit.retry.*`` table properties); if it still fails with ``CommitFailedException`` (or SQLite is
-    locked), the table is reloaded and the append retried, up to :data:`COMMIT_ATTEMPTS` times with a
-    jittered backoff.
+    Concurrent writers (two DAG tasks, the stream's writer on the same catalog) may conflict: pyiceberg
+    retries the commit on the refreshed table (``commit.retry.*`` table properties); if it still fails with
+    ``CommitFailedException``, or the catalog is locked or unreachable, the table is reloaded and the append
+    retried with a jittered back-off until ``catalog.retry_timeout`` (one log line per attempt).
 
     :raises StatusRecordError: a record names a stream that is not configured
+    :raises CatalogUnavailableError: the catalog stayed busy or unreachable for ``catalog.retry_timeout``
     """
+    from laketide.sink import retrying
+
     if not records:
         return
     for r in records:
         if not isinstance(r, StatusRecord):
             raise StatusRecordError(f"record() takes StatusRecord objects, got {type(r).__name__}")
         config.stream(r.stream)  # ConfigError naming the configured streams
-    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+
+    def append() -> None:
         table = status_table(config)
-        data = _arrow(table, records)
-        try:
-            table.append(data)
-            return
-        except Exception as exc:
-            if not _retryable(exc) or attempt == COMMIT_ATTEMPTS:
-                raise
-            delay = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
-            log.warning("status commit conflict (attempt %d/%d): %s; retrying in %.2fs",
-                        attempt, COMMIT_ATTEMPTS, exc, delay)
-            time.sleep(delay)
+        table.append(_arrow(table, records))
+
+    retrying(f"status record of {config.close.status_table}", append, config.catalog.retry_timeout, _retryable)
 
 
 def _from_row(row: dict[str, Any]) -> StatusRecord:

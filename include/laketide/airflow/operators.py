@@ -40,14 +40,18 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
 
     :param job: file name in ``spark_jobs/``
     :param job_args: arguments of the job (templated)
+    :param fatal_exit_codes: exit codes of the job that fail the task without retrying (default
+        :data:`FATAL_EXIT_CODES`), with what they mean
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "job_args")
 
-    def __init__(self, *, job: str, job_args: list[str], **kwargs: Any) -> None:
+    def __init__(self, *, job: str, job_args: list[str], fatal_exit_codes: dict[int, str] | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("conn_id", "spark_default")
         super().__init__(application=str(SPARK_JOBS / job), **kwargs)
         self.job_args = job_args
+        self.fatal_exit_codes = dict(FATAL_EXIT_CODES if fatal_exit_codes is None else fatal_exit_codes)
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -76,9 +80,9 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
         except AirflowException as exc:
             match = re.search(r"Error code is: (\d+)", str(exc))
             code = int(match.group(1)) if match else None
-            if code in FATAL_EXIT_CODES:
+            if code in self.fatal_exit_codes:
                 raise AirflowFailException(
-                    f"{self.application} failed: {FATAL_EXIT_CODES[code]} (exit {code}); not retrying. "
+                    f"{self.application} failed: {self.fatal_exit_codes[code]} (exit {code}); not retrying. "
                     "The task log above has the job's message and what to do."
                 ) from exc
             raise

@@ -1,0 +1,89 @@
+"""A busy catalog is a normal condition: a writer with a 1 s trigger and a live producer keep committing while
+another process checks partitions and writes status records to the same SQLite catalog without pause."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from laketide.commits import read_checkpoint
+from laketide.landing import data_dir
+from tests.helpers import config_env, kill_group, load, start_writer, write_config, writer_log
+from tests.test_writer import assert_exactly_once
+
+pytestmark = pytest.mark.slow
+
+PRODUCE_SECONDS = 150
+
+# checks the current and the previous hour and records each state, about twice a second, until stopped
+CHECKER = """
+import sys, time
+from datetime import UTC, datetime, timedelta
+from laketide.config import get_config
+from laketide.landing import hour_start
+from laketide.partitions import check_partition
+from laketide.status import StatusRecord, record
+
+config = get_config(); stream = config.stream("clicks")
+done = 0
+while True:
+    hour = hour_start(datetime.now(UTC))
+    for partition in (hour - timedelta(hours=1), hour):
+        status, _ = check_partition(config, stream, partition)
+        record(config, StatusRecord("clicks", partition, status.state, rows=status.rows))
+        done += 1
+    print(done, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_writer_keeps_committing_while_the_catalog_is_busy(tmp_path: Path) -> None:
+    config_path = write_config(tmp_path, trigger_interval="1s", max_files_per_trigger=20)
+    env = config_env(config_path)
+    writer = start_writer(config_path, mode="continuous")
+    checker = subprocess.Popen([sys.executable, "-c", CHECKER], env=env, stdout=subprocess.PIPE,
+                               stderr=open(tmp_path / "checker.log", "wb"), start_new_session=True)  # noqa: SIM115
+    producer = subprocess.run(
+        [sys.executable, "-m", "laketide.producer", "--mode", "live", "--rate", "200", "--flush-seconds", "1",
+         "--duration", f"{PRODUCE_SECONDS}s", "--malformed-ratio", "0.02", "--seed", "8"],
+        env=env, capture_output=True, timeout=PRODUCE_SECONDS + 120,
+    )
+    try:
+        assert producer.returncode == 0, producer.stderr.decode()[-3000:]
+        stream = load(config_path).stream("clicks")
+        landed = len(list(data_dir(stream.landing_path).glob("*.jsonl")))
+        assert landed > 50
+        # the writer catches up with everything that landed, still the same process
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and "pending" in _reconcile_state(config_path):
+            assert writer.poll() is None, writer_log(config_path)[-5000:]
+            time.sleep(2)
+        assert checker.poll() is None, (tmp_path / "checker.log").read_text()[-3000:]
+    finally:
+        kill_group(checker)
+    checks = int(checker.stdout.read().split()[-1]) if checker.stdout else 0  # type: ignore[union-attr]
+    assert checks > 100, f"the checker made only {checks} checks: the catalog was not kept busy"
+    (stream.checkpoint_path.parent / "clicks.stop").touch()
+    try:
+        assert writer.wait(timeout=180) == 0, writer_log(config_path)[-5000:]
+    finally:
+        if writer.poll() is None:
+            kill_group(writer)
+    log = writer_log(config_path)
+    assert "Traceback" not in log, log[-5000:]
+    batches = log.count("committed as snapshot")
+    assert batches >= 30, f"only {batches} batches committed in {PRODUCE_SECONDS}s"
+    assert read_checkpoint(stream.checkpoint_path).last_commit is not None
+    assert_exactly_once(config_path)
+
+
+def _reconcile_state(config_path: Path) -> str:
+    from laketide.reconcile import reconcile
+
+    config = load(config_path)
+    report = reconcile(config, config.stream("clicks"))
+    return "pending" if report.pending_files else "done"
