@@ -158,7 +158,7 @@ say "
   laketide is running.
 
   Airflow UI     $url   login: admin / $password
-  Writer DAG     laketide_ingest_clicks (continuous; trigger it with mode=incremental for a one-off run)
+  Writer DAG     laketide_ingest_clicks (continuous; laketide_ingest_clicks_once for a one-off run)
   Close DAG      laketide_close_clicks (hourly: sensor -> Great Expectations -> closed + Asset event)
                  laketide_example_downstream runs on every closed hour
   Iceberg tables laketide.lake.clicks (events), laketide.lake.clicks_rejects (bad lines + reason)
