@@ -31,6 +31,9 @@ if [[ $AIRFLOW__API__PORT != 8080 ]]; then
   export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$((AIRFLOW__API__PORT + 1))}
   export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$((AIRFLOW__API__PORT + 2))}
 fi
+# on a small machine the API server answers slowly while Spark starts: a task that gives up after Airflow's
+# default 5 s fails before it ran (seen at the quickstart's first minutes on two cores)
+export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-60}
 export AIRFLOW_CONN_SPARK_DEFAULT=${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "local[2]"}'}
 GRACE=${LAKETIDE_STOP_GRACE:-30}
 read -r -a AIRFLOW_COMMAND <<<"${LAKETIDE_AIRFLOW_COMMAND:-airflow standalone}"
