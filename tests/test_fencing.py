@@ -99,7 +99,7 @@ def test_frozen_writer_overtaken_then_resumed_commits_nothing(tmp_path: Path, ca
         time.sleep(6)  # A stays frozen past its lease: B takes the stream over
         b = start_writer(config_path, mode="continuous", log=log_b)
         wait_committed(config_path, 3, b, log_b)
-        assert "lease taken over" in log_b.read_text(errors="replace")
+        assert "silent for longer than writer_lease" in log_b.read_text(errors="replace")
 
         (faults / "before_commit-1.release").touch()
         signal_group(a, signal.SIGCONT)  # A wakes up holding batch 1's written files
@@ -167,3 +167,43 @@ def test_catalog_server_stopped_for_30s_under_a_running_writer(tmp_path: Path) -
         assert_exactly_once(config_path)
     finally:
         cluster.destroy()
+
+
+def test_a_commit_from_a_stale_marker_is_fenced_and_changes_nothing(spark: object, tmp_path: Path) -> None:
+    from laketide import sink
+    from laketide.commits import summary_properties
+    from laketide.errors import WriterFencedError
+    from laketide.writer import BatchWriter, ensure_tables
+    from tests.helpers import write_config
+
+    config = load(write_config(tmp_path, table="fence.events", rejects_table="fence.rejects"))
+    stream = config.stream("clicks")
+    ensure_tables(spark, config, stream)  # type: ignore[arg-type]
+    writer = BatchWriter(config, stream)
+    iceberg = writer.iceberg(spark)  # type: ignore[arg-type]
+
+    def table() -> object:
+        return iceberg.table("laketide.fence.events")
+
+    def props(batch: int) -> dict[str, str]:
+        return summary_properties(stream.writer_id, batch, [], {})
+
+    writer._publish(table(), [], props(0), 0, None)
+    before_1 = sink.table_marker(table(), stream.writer_id)
+    assert before_1 is not None and before_1.batch_id == 0
+    writer._publish(table(), [], props(1), 1, before_1)  # the replacement commits batch 1
+
+    stale = table()
+    snapshots = stale.snapshots().size()  # type: ignore[attr-defined]
+    with pytest.raises(WriterFencedError, match="moved on under this writer"):
+        writer._publish(stale, [], props(1), 1, before_1)  # the zombie's batch 1, started from batch 0
+    assert table().snapshots().size() == snapshots  # type: ignore[attr-defined]
+
+    # another committer's snapshot (a compaction, an expiry) is built upon, not fenced
+    foreign = table()
+    foreign.newFastAppend().set("laketide.maintenance", "test").commit()  # type: ignore[attr-defined]
+    before_2 = sink.table_marker(table(), stream.writer_id)
+    assert before_2 is not None and before_2.batch_id == 1
+    writer._publish(table(), [], props(2), 2, before_2)
+    marker = sink.table_marker(table(), stream.writer_id)
+    assert marker is not None and marker.batch_id == 2
