@@ -29,6 +29,9 @@ bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks) and
 	@$(VENV)/python bench/bench_writers.py
 	@$(VENV)/python bench/bench_status.py
 
+submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental"
+	@$(VENV)/laketide-submit $(JOB) $(ARGS)
+
 reconcile: ## Per-partition report of the running quickstart: audit == lake + rejects
 	@$(VENV)/python -m laketide.reconcile
 
@@ -38,4 +41,4 @@ status: ## Latest state of every hour (open, complete, empty, gap, verified, clo
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} + 2>/dev/null || true
 
-.PHONY: help setup jars run test lint bench reconcile status clean
+.PHONY: help setup jars run test lint bench submit reconcile status clean

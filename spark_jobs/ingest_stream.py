@@ -2,7 +2,7 @@
 
 Submitted by the ``laketide_ingest_<stream>`` DAG through ``SparkSubmitOperator``; runnable by hand:
 
-    spark-submit spark_jobs/ingest_stream.py --stream clicks --mode incremental
+    laketide-submit ingest_stream.py --stream clicks --mode incremental    (or: make submit JOB=... ARGS=...)
 
 ``--mode continuous`` runs micro-batches on the stream's trigger interval until stopped (SIGTERM, or the
 stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes what has landed and exits.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import zipfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from laketide.catalog import jdbc_properties
@@ -13,6 +16,7 @@ if TYPE_CHECKING:
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J = REPO_ROOT / "conf" / "log4j2.properties"
+SPARK_JOBS = REPO_ROOT / "spark_jobs"
 
 
 def spark_conf(config: LaketideConfig) -> dict[str, str]:
@@ -56,3 +60,33 @@ def _submitted() -> bool:
     import os
 
     return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_SUBMIT_OPTS" in os.environ
+
+
+def package_zip(config: LaketideConfig) -> Path:
+    """Zip the ``laketide`` package for ``--py-files`` so a job runs on any cluster manager."""
+    import laketide
+
+    source = Path(laketide.__file__).parent
+    target = config.home / "dist" / "laketide.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(source.rglob("*.py")):
+            archive.write(path, Path("laketide") / path.relative_to(source))
+    tmp.replace(target)
+    return target
+
+
+def submit_command(config: LaketideConfig, job: str, args: list[str], master: str | None = None) -> list[str]:
+    """The ``spark-submit`` command of a laketide job (a file in ``spark_jobs/``) with everything it needs:
+    the master, the catalog and Iceberg settings with the jars (or Maven packages), quiet logging, this
+    Python, and the ``laketide`` package as ``--py-files``. The same settings the Airflow operator passes."""
+    path = SPARK_JOBS / job
+    if not path.is_file():
+        jobs = sorted(p.name for p in SPARK_JOBS.glob("*.py"))
+        raise FileNotFoundError(f"no Spark job {job!r} in {SPARK_JOBS}: jobs are {jobs}")
+    conf = {**spark_conf(config), "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+    command = ["spark-submit", "--master", master or config.spark.master, "--name", f"laketide-{path.stem}"]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    return [*command, "--py-files", str(package_zip(config)), str(path), *args]

@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import re
 import sys
-import zipfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from laketide.config import REPO_ROOT, LaketideConfig
+from laketide.config import REPO_ROOT
+from laketide.spark import package_zip
 
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
 #: exit codes of laketide Spark jobs that a retry cannot fix
 FATAL_EXIT_CODES = {2: "bad arguments or configuration", 3: "checkpoint and table disagree"}
-
-
-def package_zip(config: LaketideConfig) -> Path:
-    """Zip the ``laketide`` package for ``--py-files`` so the job runs on any cluster manager."""
-    import laketide
-
-    source = Path(laketide.__file__).parent
-    target = config.home / "dist" / "laketide.zip"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".zip.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(source.rglob("*.py")):
-            archive.write(path, Path("laketide") / path.relative_to(source))
-    tmp.replace(target)
-    return target
 
 
 class LaketideSparkSubmitOperator(SparkSubmitOperator):
