@@ -17,7 +17,7 @@ from tests.test_writer import assert_exactly_once
 
 pytestmark = pytest.mark.slow
 
-PRODUCE_SECONDS = 150
+PRODUCE_SECONDS = 120
 
 # checks the current and the previous hour and records each state, about twice a second, until stopped
 CHECKER = """
