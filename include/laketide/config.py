@@ -89,6 +89,12 @@ class StreamConfig(_Strict):
     #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
     min_event_time: str = "2000-01-01T00:00:00+00:00"
     max_future: timedelta = timedelta(days=1)
+    #: a landing line longer than this (in bytes, without its newline) is rejected unparsed
+    max_line_bytes: int = Field(default=4 * 1024 * 1024, ge=1, le=2**31 - 1)
+    #: accept timestamp values that are a date alone ("2026-11-22", read as midnight UTC)
+    allow_date_only_timestamps: bool = False
+    #: accept timestamp values with a time but no UTC offset ("2026-11-22T03:00:00", read as UTC)
+    allow_timestamps_without_offset: bool = False
 
     @field_validator("trigger_interval", "allowed_lateness", "idle_window", "max_future", mode="before")
     @classmethod
