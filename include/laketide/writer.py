@@ -85,6 +85,10 @@ def timestamp_formats(stream: StreamConfig) -> tuple[str, str | None]:
     one through, read in the reader's time zone): the first pattern takes ``Z`` and ``+05:30``, the second
     ``Z``, ``+05`` and ``+0530``. With ``allow_timestamps_without_offset`` the offset is optional (the value
     is read as UTC); with ``allow_date_only_timestamps`` a date alone is read as midnight UTC.
+
+    Every pattern holds an optional section ("["): a value the pattern refuses then reads as null. Spark
+    raises instead (failing the batch) when its legacy parser, given the same pattern, accepts a value
+    the new one refuses; to the legacy parser "[" is a literal that no accepted value holds.
     """
     if stream.allow_timestamps_without_offset:
         clocks: tuple[str, ...] = (f"{CLOCK}[XXX][X]",)
@@ -195,7 +199,7 @@ class Parsed:
     def _field(self, name: str, kind: str) -> Column:
         """Field ``name`` of the record. A timestamp the reader refused is read again with the second
         pattern of ``timestamp_formats`` (offsets without a colon), only then: a value the reader took
-        costs one null test more."""
+        costs one null test more, an optional timestamp absent from the line a search for its key."""
         from pyspark.sql import functions as F
 
         value = self.record[name]
