@@ -334,9 +334,9 @@ class Validator:
         An option must be given: without one, Spark's optimizer gives each field read from the result its
         own parse of the line. The length test guards the parse's input, not its result: the reader gets
         null for a line too long (and returns null without reading anything). Guarding the result, a CASE
-        WHEN around the parse, would not do: the optimizer pushes each field access and null test into the
-        CASE (``PushFoldableIntoBranches``), then no two of them share the parse and each reparses the
-        line. As written, common subexpression elimination still evaluates the parse once per line."""
+        WHEN around the parse, would not do: Spark 3.5's optimizer pushes each field access and null test
+        into the CASE, then no two of them share the parse and each reparses the line. As written, common
+        subexpression elimination still evaluates the parse once per line (checked in the generated code)."""
         from pyspark.sql import functions as F
 
         stream = self.stream
