@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from laketide.writer import Validator, batch_files, parse_lines, rejected_rows
+from laketide.errors import ConfigError
+from laketide.writer import RAW_PREFIX_CHARS, Validator, batch_files, parse_lines, rejected_rows
 from tests.helpers import load, write_config
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
@@ -26,7 +28,8 @@ CASES = [
     ("[1,2]", "not a JSON object"),
     ("42", "not a JSON object"),
     ('{"event_id":"i","event_time":"not a time","user_id":5,"page":"/h"}',
-     "field 'event_time' is not a valid timestamp"),
+     "field 'event_time' is not a valid timestamp: needs a date, a time and a UTC offset "
+     "(ISO 8601, e.g. 2026-11-22T03:15:07.123Z)"),
     ('{"event_id":"j","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration_ms":1.5}',
      "field 'duration_ms' is not a valid long"),
 ]
@@ -115,3 +118,138 @@ def test_bytes_read_from_a_landing_file(spark, stream, tmp_path: Path) -> None: 
                                               F.lit(NOW).alias("_landed_at"))
     errors = [r["_error"] for r in parse_lines(lines, stream).collect()]
     assert errors == [None, "invalid UTF-8 encoding", "malformed JSON", None]
+
+
+# ------------------------------------------------------------------ event-time formats
+
+STRICT = "needs a date, a time and a UTC offset (ISO 8601, e.g. 2026-11-22T03:15:07.123Z)"
+# (value as written in the line, UTC time read by default, or None when the line is rejected by default)
+TIMES = [
+    ('"2026-11-22T03:15:07.123000+00:00"', "2026-11-22T03:15:07.123000Z"),
+    ('"2026-11-22T03:15:07Z"', "2026-11-22T03:15:07.000000Z"),
+    ('"2026-11-22t03:15:07z"', "2026-11-22T03:15:07.000000Z"),
+    ('"2026-11-22T03:15:07.1Z"', "2026-11-22T03:15:07.100000Z"),
+    ('"2026-11-22T03:15:07.123456789Z"', "2026-11-22T03:15:07.123456Z"),  # nanoseconds: truncated
+    ('"2026-11-22T08:45:07+05:30"', "2026-11-22T03:15:07.000000Z"),
+    ('"2026-11-22T08:45:07.5+0530"', "2026-11-22T03:15:07.500000Z"),  # an offset without a colon
+    ('"2026-11-22T08:15:07+05"', "2026-11-22T03:15:07.000000Z"),
+    ('"2026-11-21T22:15:07-05:00"', "2026-11-22T03:15:07.000000Z"),
+    ('"2026-11-22T03:15Z"', "2026-11-22T03:15:00.000000Z"),  # no seconds (Java's OffsetDateTime.toString)
+    ("1795000000", "2026-11-18T11:06:40.000000Z"),  # a JSON integer: seconds since the epoch
+    ('"2026-11-22"', None),
+    ('"2026-11-22T03:15:07"', None),
+    ('"2026-11-22T03:15:07.123"', None),
+    ('"2026-11-22 03:15:07Z"', None),
+    ('"2026-11-22T03:15:07 UTC"', None),
+    ('"2026-11-22T03:15:07Europe/Paris"', None),
+    ('"2026-11-22T03:15:07+05:30:00"', None),
+    ('"2026-02-30T03:15:07Z"', None),
+    ('"1795000000"', None),
+    # Spark's legacy parser would take it: with a pattern it can apply, Spark raises instead of reading null
+    ('"2026-11-22T3:15:07Z"', None),
+]
+OUT_OF_RANGE = "event time out of range [2000-01-01T00:00:00+00:00, landing time + 1d]: "
+
+
+def times_read(spark, stream, values: list[str]) -> list[tuple[str | None, str | None]]:  # type: ignore[no-untyped-def]
+    """(event time read, as UTC text, or None; reason, or None) of one line per value."""
+    from pyspark.sql import functions as F
+
+    lines = [f'{{"event_id":"e{i}","event_time":{v},"user_id":1,"page":"/h"}}' for i, v in enumerate(values)]
+    parsed = parse_lines(landed(spark, lines), stream)
+    out = parsed.select(F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX").alias("t"), "_error")
+    return [(r["t"] if r["_error"] is None else None, r["_error"]) for r in out.collect()]
+
+
+def test_event_times_need_a_time_and_an_offset(spark, stream) -> None:  # type: ignore[no-untyped-def]
+    """By default a timestamp needs a date, a time and a UTC offset (Z, +05:30, +0530 or +05); anything else
+    reads as null and the line is rejected with what is missing; no lenient fallback reads it anyway."""
+    got = times_read(spark, stream, [v for v, _ in TIMES] + ["1795000000000"])
+    for (value, want), (time, error) in zip(TIMES, got, strict=False):
+        assert time == want, (value, error)
+        if want is None:
+            assert error == f"field 'event_time' is not a valid timestamp: {STRICT}", value
+    # an integer in milliseconds is read as seconds: far in the future, so out of range
+    assert got[-1][0] is None and got[-1][1].startswith(OUT_OF_RANGE + "+58851-")
+
+
+def test_event_time_leniency_is_explicit(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Each allow key admits exactly its form, read as UTC; the reason says what is needed."""
+    values = ['"2026-11-22"', '"2026-11-22T03:15:07"', '"2026-11-22T03:15:07.25"', '"2026-11-22T08:45:07+0530"',
+              '"2026-11-22T03:15"', '"2026-11-22T03"', '"2026-11-22 03:15:07"']
+    midnight, naive = "2026-11-22T00:00:00.000000Z", "2026-11-22T03:15:07.000000Z"
+    fraction, offset, minutes = "2026-11-22T03:15:07.250000Z", naive, "2026-11-22T03:15:00.000000Z"
+    cases = {
+        "allow_date_only_timestamps": (
+            [midnight, None, None, offset, None, None, None],
+            "needs a date alone, or a date, a time and a UTC offset"),
+        "allow_timestamps_without_offset": (
+            [None, naive, fraction, offset, minutes, None, None], "needs a date and a time"),
+        "both": ([midnight, naive, fraction, offset, minutes, None, None], "needs a date, or a date and a time"),
+    }
+    for key, (want, needs) in cases.items():
+        keys = ["allow_date_only_timestamps", "allow_timestamps_without_offset"] if key == "both" else [key]
+        home = tmp_path / key
+        stream = load(write_config(home, **dict.fromkeys(keys, True))).stream("clicks")
+        got = times_read(spark, stream, values)
+        assert [t for t, _ in got] == want, key
+        reasons = {e for t, e in got if t is None}
+        assert reasons == {f"field 'event_time' is not a valid timestamp: {needs} "
+                           "(ISO 8601, e.g. 2026-11-22T03:15:07.123Z)"}, key
+
+
+def test_the_sample_producer_writes_accepted_times(spark, stream) -> None:  # type: ignore[no-untyped-def]
+    import random
+
+    from laketide.producer import make_event
+
+    rng = random.Random(3)
+    events = [make_event(stream, rng, datetime(2026, 11, 22, 3, m, s, 1000 * m, tzinfo=UTC)) for m, s in
+              ((0, 0), (15, 7), (59, 59))]
+    got = times_read(spark, stream, [f'"{e["event_time"]}"' for e in events])
+    assert [t for t, _ in got] == ["2026-11-22T03:00:00.000000Z", "2026-11-22T03:15:07.015000Z",
+                                   "2026-11-22T03:59:59.059000Z"]
+
+
+# ------------------------------------------------------------------ lines over max_line_bytes
+
+def test_max_line_bytes_is_validated(tmp_path: Path) -> None:
+    assert load(write_config(tmp_path / "a")).stream("clicks").max_line_bytes == 4 * 1024 * 1024
+    for bad in (0, -1, "lots"):
+        with pytest.raises(ConfigError, match="max_line_bytes"):
+            load(write_config(tmp_path / "b", max_line_bytes=bad))
+
+
+def test_lines_over_max_line_bytes_are_rejected_unparsed(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A line longer than max_line_bytes (bytes, not characters) is a reject, whatever it holds: never
+    parsed, never dropped as blank, its rejects row holding the line's start and a marker."""
+    stream = load(write_config(tmp_path, max_line_bytes=300)).stream("clicks")
+    padded = GOOD.replace('"/h"', '"/' + "x" * 2000 + '"')  # a valid event, were it not too long
+    accented = GOOD.replace('"/h"', '"/' + "é" * 120 + '"')  # under 300 characters, over 300 bytes
+    spaces = " " * 400  # over the limit: a record (rejected), not a blank line
+    lines = [GOOD, padded, accented, "x" * 301, "y" * 300, spaces]
+    df = landed(spark, lines)
+    errors = [r["_error"] for r in parse_lines(df, stream).collect()]
+    size = [len(line.encode()) for line in lines]
+    assert errors == [None, *[f"line of {n} bytes exceeds max_line_bytes (300)" for n in size[1:4]],
+                      "malformed JSON", "line of 400 bytes exceeds max_line_bytes (300)"]
+
+    validator = Validator(stream)
+    staged = validator.staged_rows(df, 1)
+    rows = staged.collect()
+    assert [r["event_time"] is not None for r in rows] == [True] + [False] * 5
+    assert all(r["_source_file"] == "f.jsonl" for r in rows)  # all counted: 5 rejects, no blank line
+
+    # the parse's input is guarded, not its result: the optimizer does not push the field reads into a CASE
+    # (each would parse again), and every parse in the plan reads null for a line too long
+    plan = staged._jdf.queryExecution().optimizedPlan().toString()
+    guarded = re.findall(r"CASE WHEN \(octet_length\(value#\d+\) <= 300\) THEN value#\d+ END, Some\(UTC\)\)", plan)
+    assert "THEN from_json" not in plan and len(guarded) == plan.count("from_json(") > 0
+
+    rejects = {r["raw"]: r for r in rejected_rows(parse_lines(df, stream), stream, 1, NOW).collect()}
+    cut = padded[:RAW_PREFIX_CHARS] + f" ... [truncated: {size[1]} bytes in the source file]"
+    assert len(accented) < 300 < size[2]
+    assert set(rejects) == {cut, accented + f" ... [truncated: {size[2]} bytes in the source file]",
+                            "x" * 301 + " ... [truncated: 301 bytes in the source file]", "y" * 300,
+                            spaces + " ... [truncated: 400 bytes in the source file]"}
+    assert rejects[cut]["source_file"] == "f.jsonl" and rejects[cut]["event_hour"] is None

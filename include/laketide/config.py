@@ -142,6 +142,12 @@ class StreamConfig(_Strict):
     max_future: timedelta = timedelta(days=1)
     #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lease)
     writer_lease: timedelta = timedelta(seconds=60)
+    #: a landing line longer than this (in bytes, without its newline) is rejected unparsed
+    max_line_bytes: int = Field(default=4 * 1024 * 1024, ge=1, le=2**31 - 1)
+    #: accept timestamp values that are a date alone ("2026-11-22", read as midnight UTC)
+    allow_date_only_timestamps: bool = False
+    #: accept timestamp values with a time but no UTC offset ("2026-11-22T03:00:00", read as UTC)
+    allow_timestamps_without_offset: bool = False
 
     @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
     @classmethod

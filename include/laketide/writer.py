@@ -55,6 +55,11 @@ UNCOMMITTED_FILE_SET = "rewritten-file-scan-task-set-id"
 FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
 LOGICAL_RDD = "org.apache.spark.sql.execution.LogicalRDD"
 STRICT_JSON = {"allowSingleQuotes": "false"}
+#: characters of an over-long line kept in the rejects table's ``raw`` (the landing file keeps the whole line)
+RAW_PREFIX_CHARS = 1024
+#: the time of day of a timestamp value: minutes, optional seconds, optional fraction (1 to 9 digits)
+CLOCK = "HH:mm[:ss[.SSSSSSSSS]]"
+TIMESTAMP_EXAMPLE = "2026-11-22T03:15:07.123Z"
 
 
 def spark_type(kind: str) -> DataType:
@@ -72,6 +77,59 @@ def record_schema(stream: StreamConfig) -> StructType:
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField(n, spark_type(spec.type), nullable=True) for n, spec in stream.fields.items()])
+
+
+def timestamp_formats(stream: StreamConfig) -> tuple[str, str | None]:
+    """The Spark datetime patterns a timestamp value of ``stream`` must match: the JSON reader's, and one tried
+    on values the first refuses (None when there is none).
+
+    By default a value needs a date, a time and a UTC offset. The reader takes one pattern, and no pattern
+    takes both ``+05:30`` and ``+0530`` while requiring one of them (an optional offset lets a value without
+    one through, read in the reader's time zone): the first pattern takes ``Z`` and ``+05:30``, the second
+    ``Z``, ``+05`` and ``+0530``. With ``allow_timestamps_without_offset`` the offset is optional (the value
+    is read as UTC); with ``allow_date_only_timestamps`` a date alone is read as midnight UTC.
+
+    Every pattern holds an optional section ("["): a value the pattern refuses then reads as null. Spark
+    raises instead (failing the batch) when its legacy parser, given the same pattern, accepts a value
+    the new one refuses; to the legacy parser "[" is a literal that no accepted value holds.
+    """
+    if stream.allow_timestamps_without_offset:
+        clocks: tuple[str, ...] = (f"{CLOCK}[XXX][X]",)
+    else:
+        clocks = (f"{CLOCK}XXX", f"{CLOCK}X")
+    if stream.allow_date_only_timestamps:
+        formats = [f"yyyy-MM-dd['T'{clock}]" for clock in clocks]
+    else:
+        formats = [f"yyyy-MM-dd'T'{clock}" for clock in clocks]
+    return formats[0], (formats[1] if len(formats) > 1 else None)
+
+
+def timestamp_rule(stream: StreamConfig) -> str:
+    """What a timestamp value of ``stream`` needs, for the reasons of rejected lines."""
+    date_only, no_offset = stream.allow_date_only_timestamps, stream.allow_timestamps_without_offset
+    if date_only and no_offset:
+        needs = "a date, or a date and a time"
+    elif date_only:
+        needs = "a date alone, or a date, a time and a UTC offset"
+    elif no_offset:
+        needs = "a date and a time"
+    else:
+        needs = "a date, a time and a UTC offset"
+    return f"needs {needs} (ISO 8601, e.g. {TIMESTAMP_EXAMPLE})"
+
+
+def json_options(stream: StreamConfig) -> dict[str, str]:
+    """Options of the JSON reader that parses a stream's lines.
+
+    Spark's JSON reader falls back to a lenient timestamp parse (a date alone, no offset, a space for the
+    'T', a zone name) unless a ``timestampFormat`` is given; the fallback is also switched off explicitly,
+    so that ``spark.sql.json.enableDateTimeParsingFallback`` cannot switch it back on. A value that does
+    not match reads as null (then the line is rejected: the field is not a valid timestamp). The time
+    zone applies only to the values the stream allows without an offset."""
+    return {
+        **STRICT_JSON, "timestampFormat": timestamp_formats(stream)[0], "timeZone": "UTC",
+        "enableDateTimeParsingFallback": "false",
+    }
 
 
 def batch_parameter(value: int) -> Column:
@@ -104,11 +162,31 @@ def _opens_object(raw: Column) -> Column:
     return raw.startswith("{") | F.ltrim(raw).startswith("{")
 
 
+def fits(raw: Column, stream: StreamConfig) -> Column:
+    """The line is at most ``max_line_bytes`` long.
+
+    Bytes, not characters: the text source keeps each line as UTF-8 bytes (Spark's UTF8String), whose byte
+    length is a stored field (``octet_length``: one comparison per line) while its length in characters
+    (``length``) takes a pass over the line. Bytes are also what a line costs in memory and on disk."""
+    from pyspark.sql import functions as F
+
+    return F.octet_length(raw) <= F.lit(stream.max_line_bytes)
+
+
+def too_long_reason(raw: Column, stream: StreamConfig) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.concat(
+        F.lit("line of "), F.octet_length(raw).cast("string"),
+        F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})"),
+    )
+
+
 class Parsed:
     """A line and its record as Spark expressions: ``record``, the line parsed with the stream's schema (null
-    when the line holds no JSON token: a blank line), ``raw``, the line, and the latest event time accepted
-    for it (its landing time + ``max_future``). The validity test and the reasons are built on these, so
-    they cannot drift apart."""
+    when the line holds no JSON token: a blank line, and when it is longer than ``max_line_bytes``: then it
+    is never parsed), ``raw``, the line, and the latest event time accepted for it (its landing time +
+    ``max_future``). The validity test and the reasons are built on these, so they cannot drift apart."""
 
     def __init__(self, stream: StreamConfig, record: Column, raw: Column, landed_at: Column) -> None:
         from pyspark.sql import functions as F
@@ -116,11 +194,31 @@ class Parsed:
         self.stream = stream
         self.record = record
         self.raw = raw
+        self.fits = fits(raw, stream)
         future = stream.max_future // timedelta(microseconds=1)
         self.latest = F.timestamp_micros(F.unix_micros(landed_at) + future)
+        self._fields = {name: self._field(name, spec.type) for name, spec in stream.fields.items()}
+
+    def _field(self, name: str, kind: str) -> Column:
+        """Field ``name`` of the record. A timestamp the reader refused is read again with the second
+        pattern of ``timestamp_formats`` (offsets without a colon), only then: a value the reader took
+        costs one null test more, an optional timestamp absent from the line a search for its key."""
+        from pyspark.sql import functions as F
+
+        value = self.record[name]
+        second = timestamp_formats(self.stream)[1] if kind == "timestamp" else None
+        if second is None:
+            return value
+        present = self.fits & (F.instr(self.raw, f'"{name}"') > 0)
+        text = F.get_json_object(self.raw, f"$.{name}")
+        return F.coalesce(value, F.when(present, F.try_to_timestamp(text, F.lit(second))))
 
     def field(self, name: str) -> Column:
-        return self.record[name]
+        return self._fields[name]
+
+    def present(self) -> Column:
+        """The line is a record: it is not blank (a line too long to parse is one)."""
+        return self.record.isNotNull() | ~self.fits
 
     def holds_replacement(self) -> Column | None:
         """A parsed string value holds U+FFFD (None for a stream without string fields).
@@ -191,13 +289,17 @@ class Parsed:
             "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
         })[CORRUPT].isNotNull()
         checks: list[Column] = [
+            # first: the other checks read the line, which a line too long must never cost
+            F.when(~self.fits, too_long_reason(raw, stream)),
             F.when(self.reencoding_changes(), F.lit("invalid UTF-8 encoding")),
             F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
             F.when(opens_object & syntax, F.lit("malformed JSON")),
             F.when(~opens_object, F.lit("not a JSON object")),
         ]
+        rule = timestamp_rule(stream)
         for name, spec in stream.fields.items():
-            checks.append(F.when(self.unreadable(name), F.lit(f"field {name!r} is not a valid {spec.type}")))
+            why = f"field {name!r} is not a valid {spec.type}" + (f": {rule}" if spec.type == "timestamp" else "")
+            checks.append(F.when(self.unreadable(name), F.lit(why)))
         for name, spec in stream.fields.items():
             if spec.required:
                 checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
@@ -230,11 +332,18 @@ class Validator:
         self._staged: tuple[str, list[Column]] | None = None
 
     def _parse(self, raw: Column) -> Column:
-        """The line parsed with the stream's schema. An option must be given: without one, Spark's optimizer
-        gives each field read from the result its own parse of the line."""
+        """The line parsed with the stream's schema, unless it is longer than ``max_line_bytes`` (then null).
+
+        An option must be given: without one, Spark's optimizer gives each field read from the result its
+        own parse of the line. The length test guards the parse's input, not its result: the reader gets
+        null for a line too long (and returns null without reading anything). Guarding the result, a CASE
+        WHEN around the parse, would not do: Spark 3.5's optimizer pushes each field access and null test
+        into the CASE, then no two of them share the parse and each reparses the line. As written, common
+        subexpression elimination still evaluates the parse once per line (checked in the generated code)."""
         from pyspark.sql import functions as F
 
-        return F.from_json(raw, record_schema(self.stream), STRICT_JSON)
+        stream = self.stream
+        return F.from_json(F.when(fits(raw, stream), raw), record_schema(stream), json_options(stream))
 
     def _staged_columns(self, lines: DataFrame) -> list[Column]:
         """The columns of ``staged_rows``, built on the columns of ``lines`` itself.
@@ -259,20 +368,18 @@ class Validator:
                 *[(F.when(valid, parsed.field(n)) if n == time_field else parsed.field(n)).alias(n)
                   for n in self.stream.fields],
                 # blank lines are not records: their rows (in the null hour partition) carry no source file
-                F.when(record.isNotNull(), lines["_source_file"]).alias("_source_file"),
+                F.when(parsed.present(), lines["_source_file"]).alias("_source_file"),
             ]
             self._staged = (key, columns)
         return self._staged[1]
 
     def read(self, lines: DataFrame) -> DataFrame:
         """Each line that is not blank, parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p`` (the
-        record, see ``Parsed``).
+        record, see ``Parsed``; null for a line over ``max_line_bytes``, which is kept: it is no blank line).
 
         Nothing in it depends on when the batch runs: a replayed batch splits valid and rejected lines
         exactly as its first attempt did."""
-        from pyspark.sql import functions as F
-
-        return lines.select(*self._read).where(F.col("_p").isNotNull())
+        return lines.select(*self._read).where(self._parsed.present())
 
     @functools.cached_property
     def _checked(self) -> list[Column]:
@@ -310,7 +417,8 @@ def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
 
     :param lines: columns ``value`` (one line), ``_source_file`` (landing file name) and ``_landed_at`` (when
         the file landed: the reference for rejecting event times from the future); blank lines are not
-        records and are dropped.
+        records and are dropped. A line longer than the stream's ``max_line_bytes`` is rejected without
+        being parsed (its fields are null).
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
     return Validator(stream).parse_lines(lines)
@@ -318,13 +426,23 @@ def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
 
 def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime) -> DataFrame:
     """Rows for the rejects table: the raw line, the reason, where it came from, and the hour of its event
-    time when one can be read (reconciliation attributes rejects through their source file)."""
+    time when one can be read (reconciliation attributes rejects through their source file).
+
+    A line longer than ``max_line_bytes`` keeps only its first ``RAW_PREFIX_CHARS`` characters and a marker
+    with its length in ``raw`` (no hour is read from it): the rows never hold more than that, so the
+    rejects pass (it caches these rows) and the rejects table stay small whatever lands."""
     from pyspark.sql import functions as F
 
     time_field = stream.event_time_field
-    loose = F.to_timestamp(F.get_json_object(F.col("_raw"), f"$.{time_field}"))
+    raw, short = F.col("_raw"), fits(F.col("_raw"), stream)
+    loose = F.when(short, F.to_timestamp(F.get_json_object(raw, f"$.{time_field}")))
+    # a line over max_line_bytes keeps its start and a marker; the landing file keeps the whole line
+    cut = F.concat(
+        F.substring(raw, 1, RAW_PREFIX_CHARS),
+        F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
+    )
     return parsed.where(F.col("_error").isNotNull()).select(
-        F.col("_raw").alias("raw"),
+        F.when(short, raw).otherwise(cut).alias("raw"),
         F.col("_error").alias("reason"),
         F.col("_source_file").alias("source_file"),
         F.date_trunc("hour", F.coalesce(F.col(time_field), loose)).alias("event_hour"),
