@@ -7,13 +7,16 @@ Submitted by the ``laketide_ingest_<stream>`` DAG through ``SparkSubmitOperator`
 ``--mode continuous`` runs micro-batches on the stream's trigger interval until stopped (SIGTERM, or the
 stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes what has landed and exits.
 Exit codes: 0 done, 2 bad arguments or configuration, 3 checkpoint and table disagree, 4 another writer of
-the stream is running, 5 this writer lost the stream to another one, 6 the catalog stayed unreachable.
+the stream is running, 5 this writer lost the stream to another one, 6 the catalog stayed unreachable,
+7 the Spark JVM died (e.g. out of memory). The process always exits once the writer is done: threads left
+behind by a JVM that died must not keep it alive (Airflow would see a hung task).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from laketide.config import get_config
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from py4j.protocol import Py4JNetworkError
+
     from laketide.writer import run
 
     try:
@@ -49,8 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     except tuple(EXIT_CODES) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CODES[type(exc)]
+    except (Py4JNetworkError, ConnectionError) as exc:
+        print(f"error: the Spark JVM of the writer is gone ({type(exc).__name__}: {exc}); see the log above "
+              "(OutOfMemoryError?). Nothing of an unfinished batch is committed; the writer replays it when it "
+              "starts again.", file=sys.stderr)
+        return 7
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Flush and leave at once: py4j threads of a dead JVM would otherwise keep the interpreter alive."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
