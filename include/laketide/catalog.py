@@ -7,6 +7,7 @@ name, so they see the same Iceberg tables.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -47,12 +48,26 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
     return {"uri": catalog.uri, "warehouse": catalog.warehouse, "schema_version": "v1"}
 
 
+_CATALOGS: dict[tuple[str, str, str], SqlCatalog] = {}
+_LOCK = threading.Lock()
+#: catalogs built by this process (one per distinct setting: a trigger poll, a status write or a verification
+#: reuses it instead of building an engine and checking the catalog schema again)
+constructions = 0
+
+
 def load_catalog(catalog: CatalogConfig) -> SqlCatalog:
-    """pyiceberg's view of the shared catalog (no JVM)."""
-    from pyiceberg.catalog.sql import SqlCatalog
+    """pyiceberg's view of the shared catalog (no JVM), built once per process and setting."""
+    global constructions
+    key = (catalog.name, catalog.uri, catalog.warehouse)
+    with _LOCK:
+        cached = _CATALOGS.get(key)
+        if cached is None:
+            from pyiceberg.catalog.sql import SqlCatalog
 
-    if catalog.uri.startswith("sqlite:///"):
-        from pathlib import Path
+            if catalog.uri.startswith("sqlite:///"):
+                from pathlib import Path
 
-        Path(catalog.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(catalog.name, **pyiceberg_properties(catalog))
+                Path(catalog.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            cached = _CATALOGS[key] = SqlCatalog(catalog.name, **pyiceberg_properties(catalog))
+            constructions += 1
+    return cached

@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from laketide.airflow.hooks import LaketideCatalogHook
 from laketide.config import REPO_ROOT
 from laketide.spark import package_zip
 
@@ -40,10 +41,11 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from laketide.config import config_path, get_config
+        from laketide.config import config_path
         from laketide.spark import spark_conf
 
-        config = get_config()
+        hook = LaketideCatalogHook()
+        config = hook.laketide_config()  # the catalog of the laketide_catalog connection, if there is one
         self.conf = {
             **spark_conf(config),
             "spark.pyspark.python": sys.executable,
@@ -51,11 +53,13 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
             **(self.conf or {}),
         }
         self.py_files = str(package_zip(config))
-        # the job finds the same configuration and state folder as this worker
+        # the job finds the same configuration, state folder and catalog (the laketide_catalog connection when
+        # there is one) as this worker
         self.env_vars = {
             "LAKETIDE_CONFIG": str(config_path()),
             "LAKETIDE_HOME": str(config.home),
             "TZ": "UTC",
+            **hook.spark_env(),
             **(self.env_vars or {}),
         }
         self.application_args = list(self.job_args)
