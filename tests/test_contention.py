@@ -24,14 +24,13 @@ CHECKER = """
 import sys, time
 from datetime import UTC, datetime, timedelta
 from laketide.config import get_config
-from laketide.landing import hour_start
 from laketide.partitions import check_partition
 from laketide.status import StatusRecord, record
 
 config = get_config(); stream = config.stream("clicks")
 done = 0
 while True:
-    hour = hour_start(datetime.now(UTC))
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     for partition in (hour - timedelta(hours=1), hour):
         status, _ = check_partition(config, stream, partition)
         record(config, StatusRecord("clicks", partition, status.state, rows=status.rows))
@@ -45,6 +44,15 @@ def test_writer_keeps_committing_while_the_catalog_is_busy(tmp_path: Path) -> No
     config_path = write_config(tmp_path, trigger_interval="1s", max_files_per_trigger=20)
     env = config_env(config_path)
     writer = start_writer(config_path, mode="continuous")
+    try:
+        _run(tmp_path, config_path, env, writer)
+    finally:
+        if writer.poll() is None:
+            kill_group(writer)
+    assert_exactly_once(config_path)
+
+
+def _run(tmp_path: Path, config_path: Path, env: dict[str, str], writer: subprocess.Popen[bytes]) -> None:
     checker = subprocess.Popen([sys.executable, "-c", CHECKER], env=env, stdout=subprocess.PIPE,
                                stderr=open(tmp_path / "checker.log", "wb"), start_new_session=True)  # noqa: SIM115
     producer = subprocess.run(
@@ -68,17 +76,12 @@ def test_writer_keeps_committing_while_the_catalog_is_busy(tmp_path: Path) -> No
     checks = int(checker.stdout.read().split()[-1]) if checker.stdout else 0  # type: ignore[union-attr]
     assert checks > 100, f"the checker made only {checks} checks: the catalog was not kept busy"
     (stream.checkpoint_path.parent / "clicks.stop").touch()
-    try:
-        assert writer.wait(timeout=180) == 0, writer_log(config_path)[-5000:]
-    finally:
-        if writer.poll() is None:
-            kill_group(writer)
+    assert writer.wait(timeout=180) == 0, writer_log(config_path)[-5000:]
     log = writer_log(config_path)
     assert "Traceback" not in log, log[-5000:]
     batches = log.count("committed as snapshot")
     assert batches >= 30, f"only {batches} batches committed in {PRODUCE_SECONDS}s"
     assert read_checkpoint(stream.checkpoint_path).last_commit is not None
-    assert_exactly_once(config_path)
 
 
 def _reconcile_state(config_path: Path) -> str:

@@ -73,7 +73,7 @@ def test_ingest_dag_runs_the_writer_incrementally(dagbag) -> None:  # type: igno
     config_path = dagbag.config_path
     produce(config_path, "--start", "2026-11-22T01:00:00+00:00", "--hours", "2", "--events-per-hour", "400",
             "--malformed-ratio", "0.05", "--seed", "3")
-    run = dagbag.dags["laketide_ingest_clicks"].test(run_conf={"mode": "incremental"})
+    run = dagbag.dags["laketide_ingest_clicks_once"].test()
     assert run.state == "success"
     lake = assert_exactly_once(config_path)
     assert sum(lake.values()) > 700
