@@ -281,6 +281,8 @@ class CloseConfig(_Strict):
     poke_interval: timedelta = timedelta(seconds=60)
     #: how long the sensor waits for a partition before it fails (lagging or open for too long)
     sensor_timeout: timedelta = timedelta(hours=6)
+    #: the most hours one "close range" run of the close DAG may cover (longer ranges: several runs, or a backfill)
+    max_range_hours: int = Field(default=744, ge=1)
 
     @field_validator("poke_interval", "sensor_timeout", mode="before")
     @classmethod
