@@ -1,4 +1,5 @@
-"""The partition-completion trigger: waits in the triggerer, reading Iceberg metadata only (no JVM)."""
+"""The partition-completion trigger: waits in the triggerer, reading metadata only (Iceberg snapshot summaries and
+the landing zone's listing; no data file, no JVM)."""
 
 from __future__ import annotations
 
