@@ -18,6 +18,7 @@ from laketide.partitions import (
     advance,
     backlog,
     check_partition,
+    check_partitions,
     classify,
     enough_history,
     read,
@@ -375,6 +376,15 @@ def test_backlog_splits_by_hour() -> None:
     assert backlog(files, files, P) == Backlog(("a", "c", "d"), 1, 9)
     assert backlog(files, [], P) == Backlog((), 0, 9)
     assert backlog([], [], P) == Backlog()
+
+
+def test_hours_checked_together_equal_hours_checked_alone(lake: Lake) -> None:
+    for now in (lake.written_at, lake.written_at + timedelta(hours=5)):
+        together = check_partitions(lake.config, lake.stream, lake.hours, now)
+        alone = [check_partition(lake.config, lake.stream, hour, now)[0] for hour in lake.hours]
+        assert [(s.partition, s.state, s.rows, s.watermark, s.snapshot_id) for s in together] == [
+            (s.partition, s.state, s.rows, s.watermark, s.snapshot_id) for s in alone]
+    assert check_partitions(lake.config, lake.stream, []) == []
 
 
 def test_warm_read_equals_cold_read(lake: Lake) -> None:

@@ -110,25 +110,37 @@ def _ago(now: datetime, ms: int) -> timedelta:
 
 def advance(cursor: Cursor, commits: list[Snap], writer_id: str) -> Cursor:
     """Fold new snapshots (oldest first) into the cursor; only the stream's writer commits count."""
-    state = cursor
+    return advance_all([cursor], commits, writer_id)[0]
+
+
+def advance_all(cursors: Sequence[Cursor], commits: list[Snap], writer_id: str) -> list[Cursor]:
+    """:func:`advance` of cursors of several partitions that have seen the same snapshots, in one pass."""
+    if not cursors:
+        return []
+    shared = cursors[0]
+    rows = {c.partition: c.rows for c in cursors}
+    added_ms = {c.partition: c.last_added_ms for c in cursors}
     for snap in commits:
         summary = snap.summary
         if summary.get(WRITER_ID) != writer_id:
-            state = replace(state, snapshot_id=snap.snapshot_id)
+            shared = replace(shared, snapshot_id=snap.snapshot_id)
             continue
-        added = int(json.loads(summary.get(PARTITION_ROWS) or "{}").get(cursor.partition, 0))
+        for key, count in json.loads(summary.get(PARTITION_ROWS) or "{}").items():
+            if key in rows and int(count):
+                rows[key] += int(count)
+                added_ms[key] = snap.timestamp_ms
         watermark = summary.get(WATERMARK)
-        state = replace(
-            state,
+        shared = replace(
+            shared,
             snapshot_id=snap.snapshot_id,
             last_commit_ms=snap.timestamp_ms,
             watermark=watermark,
-            watermark_since_ms=(state.watermark_since_ms if watermark == state.watermark and state.last_commit_ms
+            watermark_since_ms=(shared.watermark_since_ms if watermark == shared.watermark and shared.last_commit_ms
                                 is not None else snap.timestamp_ms),
-            rows=state.rows + added,
-            last_added_ms=snap.timestamp_ms if added else state.last_added_ms,
         )
-    return state
+    return [replace(c, snapshot_id=shared.snapshot_id, last_commit_ms=shared.last_commit_ms,
+                    watermark=shared.watermark, watermark_since_ms=shared.watermark_since_ms,
+                    rows=rows[c.partition], last_added_ms=added_ms[c.partition]) for c in cursors]
 
 
 def enough_history(stream: StreamConfig, partition: datetime, now: datetime) -> Callable[[Snap], bool]:
@@ -338,6 +350,31 @@ def check_partition(config: LaketideConfig, stream: StreamConfig, partition: dat
     status = PartitionStatus(stream.name, partition, state, reason, seen.rows, seen.watermark,
                              seen.snapshot_id, now)
     return status, seen
+
+
+def check_partitions(config: LaketideConfig, stream: StreamConfig, partitions: Sequence[datetime],
+                     now: datetime | None = None) -> list[PartitionStatus]:
+    """The status of several hours at once (a close range), as :func:`check_partition` finds each: one walk of the
+    lineage back as far as the earliest hour needs, one listing of the landing zone and one backlog walk."""
+    hours = [hour_start(p) for p in partitions]
+    if not hours:
+        return []
+    now = now or datetime.now(UTC)
+    catalog = load_catalog(config.catalog)
+    files = landed_files(stream.landing_path)
+    try:
+        _, snaps = lineage(catalog, stream.table, enough_history(stream, min(hours), now))
+        missing = ""
+    except TableNotFoundError as exc:
+        snaps, missing = [], f"{exc}. "
+    cursors = advance_all([Cursor(partition_key(h)) for h in hours], list(reversed(snaps)), stream.writer_id)
+    pending = uncommitted(catalog, stream, files) if cursors[0].last_commit_ms is not None else list(files)
+    out = []
+    for hour, seen in zip(hours, cursors, strict=True):
+        state, reason = classify(stream, hour, seen, now, backlog(files, pending, hour))
+        out.append(PartitionStatus(stream.name, hour, state, missing + reason, seen.rows, seen.watermark,
+                                   seen.snapshot_id, now))
+    return out
 
 
 def partition_rows(config: LaketideConfig, stream: StreamConfig) -> dict[datetime, int]:
