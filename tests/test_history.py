@@ -1,7 +1,8 @@
-"""History closes: two days of years-old events (night hours without any) landed by the real producer and
-ingested by the real writer, then closed by one "close range" run of the close DAG (``dag.test()``) with the
-real clock: every hour complete or empty, verified and closed, with exact counts. Also the range param's rules,
-and the runs a backfill of the close DAG creates for old hours."""
+"""History closes: a day and a half of years-old events over three calendar days (night hours without any)
+landed by the real producer and ingested by the real writer (SIGKILLed in the middle of a batch, restarted),
+then closed by one "close range" run of the close DAG (``dag.test()``) with the real clock: every hour complete
+or empty, verified and closed, with exact counts. Also the range param's rules, and the runs a backfill of the
+close DAG creates for old hours."""
 
 from __future__ import annotations
 
@@ -18,20 +19,20 @@ from laketide.landing import partition_key
 from laketide.partitions import State
 from laketide.reconcile import reconcile
 from laketide.status import history
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, write_config, writer_log
 from tests.test_writer import produce
 
 DAG_ID = "laketide_close_clicks"
-START = datetime(2012, 3, 5, tzinfo=UTC)  # a Monday, long ago
-HOURS = 48
-QUIET = [1, 2, 3, 4, 26, 27, 28]  # night hours with no event at all
+START = datetime(2012, 3, 5, 18, tzinfo=UTC)  # a Monday evening, long ago
+HOURS = 36  # until Wednesday 06:00
+QUIET = [7, 8, 9, 10, 31, 32, 33]  # night hours (01:00-05:00, 01:00-04:00) with no event at all
 NOW = datetime(2026, 11, 22, 18, 30, tzinfo=UTC)
 
 
 # -- the range param ------------------------------------------------------------------------------------------
 
 def test_range_is_whole_hours_oldest_first() -> None:
-    hours = close_range("2012-03-05T00:00:00+00:00", "2012-03-05T03:00:00Z", NOW, 744)
+    hours = close_range("2012-03-05T18:00:00+00:00", "2012-03-05T21:00:00Z", NOW, 744)
     assert hours == [START, START + timedelta(hours=1), START + timedelta(hours=2)]
     assert close_range(None, None, NOW, 744) is None and close_range("", "", NOW, 744) is None
     # the last full hour before now is allowed; an offset other than UTC is converted
@@ -61,12 +62,17 @@ def test_bad_range_is_refused(start: str | None, end: str | None, message: str) 
 
 @pytest.fixture(scope="module")
 def replay(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
-    """Two days of 2012 landed and ingested for a stream that replays history (``live: false``)."""
+    """36 hours of 2012 landed and ingested for a stream that replays history (``live: false``); the writer is
+    killed between its two commits of batch 1 and restarted."""
     home = tmp_path_factory.mktemp("history")
     config_path = write_config(home, live=False, idle_window="3s", allowed_lateness="10m", max_files_per_trigger=25)
     produce(config_path, "--start", START.isoformat(), "--hours", str(HOURS), "--events-per-hour", "40",
             "--events-per-file", "40", "--malformed-ratio", "0.03", "--late-ratio", "0.1", "--late-by", "20m",
             "--quiet-hours", ",".join(map(str, QUIET)), "--seed", "12")
+    faults = home / "faults"
+    proc = start_writer(config_path, LAKETIDE_FAULT="between_tables:1", LAKETIDE_FAULT_DIR=str(faults))
+    wait_for(faults / "between_tables-1.reached", proc)
+    kill_group(proc)
     assert run_writer(config_path) == 0, writer_log(config_path)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAKETIDE_CONFIG", str(config_path))
@@ -107,7 +113,7 @@ def test_bad_range_run_fails_before_anything_is_recorded(replay: tuple[Path, Any
 
 
 @pytest.mark.slow
-def test_two_days_of_history_close_in_one_range_run(replay: tuple[Path, Any]) -> None:
+def test_history_closes_in_one_range_run(replay: tuple[Path, Any]) -> None:
     config_path, dag = replay
     config = load(config_path)
     end = START + timedelta(hours=HOURS)
@@ -147,7 +153,7 @@ def test_backfill_creates_one_run_per_old_hour(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("LAKETIDE_CONFIG", str(write_config(tmp_path)))
     dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).dags[DAG_ID]
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
-    infos = list(serialized.iter_dagrun_infos_between(START, START + timedelta(hours=3)))
+    infos = list(serialized.iter_dagrun_infos_between(START, START + timedelta(hours=3)))  # both ends included
     assert [(i.data_interval.start, i.data_interval.end) for i in infos] == [
         (START + timedelta(hours=h), START + timedelta(hours=h + 1)) for h in range(4)]
     assert dag.start_date is not None and dag.start_date <= START and not dag.catchup
