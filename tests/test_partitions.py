@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -394,3 +395,32 @@ def test_warm_read_equals_cold_read(lake: Lake) -> None:
     assert warm == cold
     with pytest.raises(ValueError, match="cursor is for partition"):
         read(catalog, lake.stream, lake.hours[1], lake.written_at, cold)
+
+
+def test_landed_files_reads_the_listing_only(tmp_path: Path) -> None:
+    """What the writer will read, from names, sizes and times (no line read): hidden and empty files left out, the
+    hour from the name, else from the audit record, else unknown."""
+    import os
+
+    from laketide.landing import audit_dir, data_dir, landed_files, publish
+
+    contract = publish(tmp_path, ['{"a": 1}'], KEY, "p", 0, "clicks")
+    data, audits = data_dir(tmp_path), audit_dir(tmp_path)
+    (data / "free-name.jsonl").write_text('{"a": 2}\n')
+    (audits / "free-name.json").write_text(json.dumps({
+        "version": 1, "stream": "clicks", "file": "free-name.jsonl", "producer": "x", "records": 1,
+        "partitions": {"2026-11-22T05:00:00+00:00": 1}, "produced_at": "2026-11-22T05:10:00+00:00"}))
+    (data / "no-audit.jsonl").write_text('{"a": 3}\n')
+    (data / "_hidden.jsonl").write_text('{"a": 4}\n')
+    (data / "empty.jsonl").write_bytes(b"")
+    old = datetime(2020, 1, 1, tzinfo=UTC).timestamp()
+    os.utime(data / "no-audit.jsonl", (old, old))  # a copy that kept an old modification time
+    files = {f.name: f for f in landed_files(tmp_path)}
+    assert set(files) == {contract.name, "free-name.jsonl", "no-audit.jsonl"}
+    assert files[contract.name].hour == KEY
+    assert files["free-name.jsonl"].hour == "2026-11-22T05:00:00+00:00"
+    assert files["no-audit.jsonl"].hour is None
+    copied = files["no-audit.jsonl"]
+    assert copied.mtime_ms == int(old * 1000) and copied.landed_ms > copied.mtime_ms  # landed now (status change)
+    assert next(iter(landed_files(tmp_path))).name == "no-audit.jsonl"  # oldest modification time first
+    assert landed_files(tmp_path / "nothing") == []
