@@ -1,20 +1,26 @@
 """
-### laketide close: declare an hour of a stream final, once it is verified
+### laketide close: declare hours of a stream final, once they are verified
 
-One DAG per configured stream, scheduled hourly; the run's data interval is the partition it closes.
+One DAG per configured stream, scheduled hourly; a scheduled (or backfill) run closes its data interval, a
+manual run with **start** and **end** closes that range of past hours ("close range").
 
-1. **wait_for_partition**: a deferrable sensor decides from Iceberg metadata alone (in the triggerer) whether
-   the hour is *complete*, *empty* (a real quiet hour), *lagging* (the writer is behind: keep waiting) or a
-   *gap* (the stream stalled: the task fails and the alert callback runs; nothing is closed). An hour checked
-   before the stream's writer has committed anything (a fresh start: no table yet) waits for the writer.
-2. **verify**: Great Expectations checks audit count == lake + rejects, unique event ids, required columns
-   not null, event times inside the hour. A failure names the numbers and leaves the hour unclosed.
-3. **close**: records the hour as closed in the status table and emits an Asset event whose extra names the
-   table and the partition: downstream DAGs schedule on it.
+1. **plan**: the hours of the run: its data interval, or the range `[start, end)` (whole UTC hours, start
+   before end, end not in the future, at most `close.max_range_hours` hours; a bad range fails here and changes
+   nothing).
+2. **wait_for_partition**: a deferrable sensor decides the last of those hours from metadata alone (in the
+   triggerer): *complete*, *empty* (a real quiet hour), *lagging* (landed files of the hour or earlier are not
+   committed yet: keep waiting) or a *gap* (a live stream stalled: the task fails and the alert callback runs;
+   nothing is closed). An hour checked before the stream's writer has committed anything waits for the writer.
+3. **decide**: the hours before it, checked in event-time order (they are decided once the last one is).
+4. **close_hour** (one mapped group per hour): **verify** (Great Expectations: audit count == lake + rejects,
+   unique event ids, required columns not null, event times inside the hour; a failure names the numbers and
+   leaves the hour unclosed), then **close** (records the hour closed and emits an Asset event whose extra
+   names the table and the partition: downstream DAGs schedule on it).
 
 Every run also looks for closed hours that received late rows (**find_reopened**): each is recorded as
 reopened, verified and closed again (**reclose**, one mapped task per hour), with a new Asset event.
-Status: `python -m laketide.status` or the status table (`close.status_table`).
+History: backfill this DAG (`airflow backfill create --dag-id laketide_close_<stream> --from-date ...
+--to-date ...`) or trigger it with start and end. Status: `python -m laketide.status` or the status table.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, CronDataIntervalTimetable, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task, task_group
 
 from laketide.airflow.callbacks import alert
 from laketide.airflow.sensors import PartitionCompletionSensor
@@ -49,7 +55,8 @@ for _stream in _config.streams:
         # a data interval per hour (Airflow 3's plain "@hourly" has a zero-length one): the hour to close
         # is [data_interval_start, data_interval_end), and its run starts when that hour has ended
         schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-        start_date=datetime(2026, 1, 1),
+        # no hour before the stream's earliest accepted event time can hold rows: backfills may reach back to it
+        start_date=datetime.fromisoformat(_stream.min_event_time),
         catchup=False,
         max_active_runs=4,
         tags=["laketide", "close", _stream.name],
@@ -59,18 +66,57 @@ for _stream in _config.streams:
             "retry_delay": timedelta(minutes=5),
             "on_failure_callback": alert,
         },
+        params={
+            "start": Param(
+                None, type=["null", "string"], format="date-time", title="Close range: start",
+                description="First hour to close, a UTC hour start (e.g. 2012-03-05T00:00:00+00:00). Leave both "
+                            "empty to close the run's data interval.",
+            ),
+            "end": Param(
+                None, type=["null", "string"], format="date-time", title="Close range: end",
+                description=f"End of the range, exclusive (the first hour not closed); not in the future; at most "
+                            f"{_config.close.max_range_hours} hours after start.",
+            ),
+        },
     ) as _dag:
         _name = _stream.name
 
+        @task
+        def plan(stream: str = _name, **context: Any) -> list[str]:
+            from datetime import UTC
+
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from laketide.closing import RangeError, close_range, parse_hour
+            from laketide.landing import partition_key
+
+            params = context["params"]
+            try:
+                hours = close_range(params.get("start"), params.get("end"), datetime.now(UTC),
+                                    get_config().close.max_range_hours)
+            except RangeError as exc:
+                raise AirflowFailException(f"close range of {stream}: {exc}") from exc
+            return [partition_key(h) for h in hours or [parse_hour(context["data_interval_start"])]]
+
+        hours = plan()
         wait = PartitionCompletionSensor(
             task_id="wait_for_partition",
             stream=_name,
-            partition="{{ data_interval_start }}",
+            partition="{{ ti.xcom_pull(task_ids='plan')[-1] }}",
             poke_interval=_config.close.poke_interval.total_seconds(),
             timeout=_config.close.sensor_timeout.total_seconds(),
         )
 
+        hours >> wait
+
         @task
+        def decide(keys: list[str], last: dict[str, Any], stream: str = _name) -> list[dict[str, Any]]:
+            from laketide.closing import decide_range
+
+            config = get_config()
+            return decide_range(config, config.stream(stream), keys, last)
+
+        @task(max_active_tis_per_dagrun=4)
         def verify(decision: dict[str, Any], stream: str = _name, **context: Any) -> dict[str, Any]:
             from laketide.closing import VerificationFailed, parse_hour
             from laketide.closing import verify as verify_partition
@@ -109,7 +155,11 @@ for _stream in _config.streams:
                 raise _fail(exc) from exc
             context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"])
 
-        close(verify(wait.output))
+        @task_group
+        def close_hour(decision: dict[str, Any]) -> None:
+            close(verify(decision))
+
+        close_hour.expand(decision=decide(hours, wait.output))
         reclose.expand(partition=find_reopened())
     globals()[_dag.dag_id] = _dag
 

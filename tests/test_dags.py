@@ -85,8 +85,10 @@ def test_close_dag_closes_the_hour_that_just_ended(dagbag) -> None:  # type: ign
     from datetime import timedelta
 
     dag = dagbag.dags["laketide_close_clicks"]
-    assert {t.task_id for t in dag.tasks} == {"wait_for_partition", "verify", "close", "find_reopened", "reclose"}
-    assert dag.get_task("wait_for_partition").partition == "{{ data_interval_start }}"
+    assert {t.task_id for t in dag.tasks} == {"plan", "wait_for_partition", "decide", "close_hour.verify",
+                                              "close_hour.close", "find_reopened", "reclose"}
+    # the sensor waits for the last hour the plan names: the data interval's, unless the run was given a range
+    assert dag.get_task("wait_for_partition").partition == "{{ ti.xcom_pull(task_ids='plan')[-1] }}"
     assert dag.get_task("wait_for_partition").deferrable
     from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -98,7 +100,7 @@ def test_close_dag_closes_the_hour_that_just_ended(dagbag) -> None:  # type: ign
     start = pendulum.datetime(2026, 11, 22, 3, tz="UTC")
     interval = scheduled.infer_manual_data_interval(run_after=start + timedelta(hours=1, minutes=5))
     assert (interval.start, interval.end) == (start, start + timedelta(hours=1))
-    assert [a.uri for a in dag.get_task("close").outlets] == ["iceberg://laketide/lake/clicks"]
+    assert [a.uri for a in dag.get_task("close_hour.close").outlets] == ["iceberg://laketide/lake/clicks"]
     downstream = dagbag.dags["laketide_example_downstream"]
     assert "iceberg://laketide/lake/clicks" in str(downstream.timetable.asset_condition)
 

@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from laketide.catalog import load_catalog
 from laketide.config import StreamConfig
-from laketide.partitions import Cursor, State, advance, check_partition, classify, enough_history, read
+from laketide.partitions import (
+    Backlog,
+    Cursor,
+    State,
+    advance,
+    backlog,
+    check_partition,
+    check_partitions,
+    classify,
+    enough_history,
+    read,
+    uncommitted,
+)
 from laketide.reconcile import reconcile
 from laketide.snapshots import Snap
 from tests.helpers import STREAM_FIELDS
@@ -50,13 +64,14 @@ def test_open_until_the_watermark_passes_end_plus_lateness() -> None:
     assert state == State.OPEN and "waiting for the watermark" in reason
 
 
-def test_complete_needs_the_idle_window_after_the_last_rows() -> None:
+def test_complete_as_soon_as_the_watermark_passes_and_nothing_waits() -> None:
+    """Completeness is an event-time question: no wall-clock wait once the watermark passed end + lateness."""
     due = P + timedelta(hours=1, minutes=10)
-    last = due + timedelta(minutes=1)
-    cursor = seen(due, 10, last_added=last)
-    assert classify(stream(), P, cursor, last + timedelta(minutes=4))[0] == State.OPEN
-    state, reason = classify(stream(), P, cursor, last + timedelta(minutes=5))
+    cursor = seen(due, 10, last_added=due)
+    state, reason = classify(stream(), P, cursor, due)
     assert state == State.COMPLETE and "10 rows" in reason
+    # files of later hours waiting do not hold the hour back: they cannot hold its events (one hour a file)
+    assert classify(stream(), P, cursor, due, Backlog(later=3))[0] == State.COMPLETE
 
 
 def test_empty_when_the_watermark_passed_and_no_rows() -> None:
@@ -65,14 +80,82 @@ def test_empty_when_the_watermark_passed_and_no_rows() -> None:
     assert state == State.EMPTY
 
 
-def test_lagging_writer_declares_nothing() -> None:
+def test_backlog_of_the_hour_or_earlier_is_lagging_not_gap() -> None:
+    """Landed files of the hour (or older) not committed yet: nothing is declared, however late it is and
+    whether or not the writer still commits; the rule holds for a watermark that passed the hour too."""
     due = P + timedelta(hours=1, minutes=10)
-    behind = seen(due + timedelta(minutes=30), 0, last_commit=due)  # would be empty...
-    now = due + timedelta(minutes=30) + timedelta(hours=2, seconds=1)  # ...but the writer is 2 periods behind
-    state, reason = classify(stream(), P, behind, now)
-    assert state == State.LAGGING and "behind" in reason
-    stalled = seen(P + timedelta(minutes=50), 5, P + timedelta(minutes=50))
-    assert classify(stream(), P, stalled, P + timedelta(hours=5))[0] == State.LAGGING  # not gap either
+    waiting = Backlog(pending=("20261122T03-a-00000001-0badf00d.jsonl", "b.jsonl"), last_landed_ms=ms(P))
+    for cursor in (seen(due + timedelta(minutes=30), 7, last_added=due),  # would be complete
+                   seen(due + timedelta(minutes=30), 0, last_commit=due),  # would be empty
+                   seen(P + timedelta(minutes=50), 5, P + timedelta(minutes=50))):  # would be a gap
+        for now in (due + timedelta(minutes=31), due + timedelta(days=3)):
+            state, reason = classify(stream(), P, cursor, now, waiting)
+            assert state == State.LAGGING, reason
+            assert "backlog: 2 landed file(s)" in reason and "20261122T03-a-00000001-0badf00d.jsonl" in reason
+
+
+def test_stopped_writer_with_a_backlog_of_later_files_is_lagging_not_gap() -> None:
+    due = P + timedelta(hours=1, minutes=10)
+    cursor = seen(P + timedelta(minutes=50), 5, P + timedelta(minutes=50), last_commit=P + timedelta(hours=1))
+    behind = Backlog(later=4, last_landed_ms=ms(P + timedelta(hours=1, minutes=5)))
+    for now in (due + timedelta(minutes=10), due + timedelta(hours=5)):
+        state, reason = classify(stream(), P, cursor, now, behind)
+        assert state == State.LAGGING and "4 landed file(s) of later hours" in reason, reason
+    # a writer still committing through that backlog: the hour waits for the watermark
+    busy = seen(P + timedelta(minutes=50), 5, P + timedelta(minutes=50), last_commit=due + timedelta(minutes=9),
+                since=due + timedelta(minutes=9))
+    assert classify(stream(), P, busy, due + timedelta(minutes=10), behind)[0] == State.OPEN
+
+
+def test_a_stall_stays_a_gap_however_long_it_lasts() -> None:
+    due = P + timedelta(hours=1, minutes=10)
+    last = P + timedelta(minutes=59)
+    cursor = seen(last, 100, last_added=last, last_commit=P + timedelta(hours=1))
+    landing = Backlog(last_landed_ms=ms(P + timedelta(minutes=59, seconds=30)))
+    for after in (timedelta(seconds=1), timedelta(hours=3, minutes=1), timedelta(hours=30), timedelta(days=40)):
+        state, reason = classify(stream(), P, cursor, due + after, landing)
+        assert state == State.GAP and "stalled" in reason, (after, reason)
+    # a stall that began less than the idle window ago: not a gap yet
+    just = seen(last, 100, last_added=due - timedelta(minutes=2), since=due - timedelta(minutes=2))
+    recent = Backlog(last_landed_ms=ms(due - timedelta(minutes=2)))
+    assert classify(stream(), P, just, due + timedelta(minutes=1), recent)[0] == State.OPEN
+    assert classify(stream(), P, just, due + timedelta(minutes=3), recent)[0] == State.GAP
+
+
+def test_replay_of_old_hours_closes_them_in_event_time_order() -> None:
+    """Years-old data replayed: each hour the watermark passed closes complete or empty, with the real clock or
+    a clock just after the data (commit times are real, event times are old: the two are never compared)."""
+    old = datetime(2012, 3, 5, 22, tzinfo=UTC)
+    key = old.isoformat()
+    committed = datetime(2026, 11, 22, 18, 0, tzinfo=UTC)  # when the replay's writer committed
+
+    def at(watermark: datetime, rows: int) -> Cursor:
+        return Cursor(key, snapshot_id=1, last_commit_ms=ms(committed), watermark=watermark.isoformat(),
+                      watermark_since_ms=ms(committed), rows=rows, last_added_ms=ms(committed) if rows else None)
+
+    history = stream(live=False)
+    for s in (stream(), history):
+        for now in (committed + timedelta(seconds=1), committed + timedelta(days=30), old + timedelta(hours=3)):
+            assert classify(s, old, at(old + timedelta(hours=4), 250), now)[0] == State.COMPLETE
+            assert classify(s, old, at(old + timedelta(hours=4), 0), now)[0] == State.EMPTY
+            # while the watermark is inside the hour it waits, however old the hour is
+            assert classify(s, old, at(old + timedelta(minutes=40), 90), now, Backlog(
+                last_landed_ms=ms(committed)))[0] == State.OPEN or now > committed + timedelta(minutes=5)
+    # the end of the replay: the input is idle (nothing landed or committed for the idle window) and caught up
+    later = committed + timedelta(minutes=6)
+    landing = Backlog(last_landed_ms=ms(committed - timedelta(minutes=1)))
+    last_hour = at(old + timedelta(minutes=40), 90)
+    assert classify(history, old, last_hour, committed + timedelta(minutes=2), landing)[0] == State.OPEN  # not idle yet
+    state, reason = classify(history, old, last_hour, later, landing)
+    assert state == State.COMPLETE and "the input ended" in reason, reason
+    # a quiet hour whose end the watermark reached but not end + lateness: empty
+    assert classify(history, old, at(old + timedelta(hours=1, minutes=5), 0), later, landing)[0] == State.EMPTY
+    # an hour after the watermark was not in the replay: it waits for data
+    state, reason = classify(history, old + timedelta(hours=1), last_hour, later, landing)
+    assert state == State.OPEN and "waiting for its data" in reason
+    # a live stream cannot tell the end of a replay from a dead source: gap, with a hint
+    state, reason = classify(stream(), old, last_hour, later, landing)
+    assert state == State.GAP and "live: false" in reason
 
 
 def test_gap_when_no_commit_for_the_idle_window() -> None:
@@ -112,8 +195,7 @@ def test_once_the_writer_starts_the_hour_is_decided() -> None:
     first = seen(started - timedelta(minutes=1), 0, last_commit=started)  # its watermark passed the hour: empty
     assert classify(stream(), P, first, started + timedelta(seconds=1))[0] == State.EMPTY
     rows = seen(started - timedelta(minutes=1), 7, last_added=started)  # it brought rows of the hour: complete
-    assert classify(stream(), P, rows, started + timedelta(seconds=1))[0] == State.OPEN  # still arriving
-    assert classify(stream(), P, rows, started + timedelta(minutes=5))[0] == State.COMPLETE
+    assert classify(stream(), P, rows, started + timedelta(seconds=1))[0] == State.COMPLETE
 
 
 def test_writer_committing_only_rejects_is_a_gap_after_the_idle_window() -> None:
@@ -188,14 +270,11 @@ def test_normal_hour_is_complete_with_its_late_rows(lake: Lake) -> None:
     p = lake.hours[0]
     just_after = lake.written_at
     status, cursor = check_partition(lake.config, lake.stream, p, now=just_after)
-    assert status.state == State.OPEN and "rows still arriving" in status.reason
-    status, _ = check_partition(lake.config, lake.stream, p, now=just_after + timedelta(seconds=3))
-    assert status.state == State.COMPLETE, status.reason
+    assert status.state == State.COMPLETE, status.reason  # no wall-clock wait once the watermark passed
     # every row of the hour, including late events that arrived with the next hour's files
     assert status.rows == lake_rows(lake)[lake.key(0)] > 0
     # the incremental cursor gives the same answer as a cold read
-    again, cursor2 = check_partition(lake.config, lake.stream, p, now=just_after + timedelta(seconds=3),
-                                     cursor=cursor)
+    again, cursor2 = check_partition(lake.config, lake.stream, p, now=just_after, cursor=cursor)
     assert (again.state, again.rows, cursor2) == (status.state, status.rows, cursor)
 
 
@@ -217,12 +296,96 @@ def test_stalled_producer_is_a_gap(lake: Lake) -> None:
     assert before_due.state == State.OPEN
 
 
-def test_far_behind_writer_is_lagging_and_nothing_is_empty(lake: Lake) -> None:
-    watermark = datetime.fromisoformat(check_partition(lake.config, lake.stream, lake.hours[1])[0].watermark or "")
-    later = watermark + timedelta(hours=2, minutes=1)  # the clock moved on, the writer did not
-    for hour in lake.hours:
-        status, _ = check_partition(lake.config, lake.stream, hour, now=later)
-        assert status.state == State.LAGGING, (hour, status.reason)
+def test_long_stall_stays_a_gap_and_older_hours_stay_decided(lake: Lake) -> None:
+    last = lake.hours[3]
+    much_later = last + timedelta(hours=1, minutes=10) + timedelta(hours=3, minutes=30)  # more than three periods
+    states = [check_partition(lake.config, lake.stream, hour, now=much_later)[0].state for hour in lake.hours]
+    assert states == [State.COMPLETE, State.EMPTY, State.COMPLETE, State.GAP]
+
+
+def test_landed_file_not_committed_is_a_backlog(lake: Lake) -> None:
+    """A file of the first hour lands after everything was committed: that hour and every later one lag (nothing
+    of them or earlier may be declared) until the writer commits it; it is read from the listing alone."""
+    from laketide.landing import audit_dir, audit_name, publish
+
+    line = json.dumps({"event_id": "late-1", "event_time": (lake.hours[0] + timedelta(minutes=5)).isoformat(),
+                       "user_id": 1, "page": "/"})
+    path = publish(lake.stream.landing_path, [line], lake.key(0), "late", 0, "clicks")
+    try:
+        for i, hour in enumerate(lake.hours):
+            status, _ = check_partition(lake.config, lake.stream, hour, now=lake.written_at + timedelta(hours=6))
+            assert status.state == State.LAGGING and path.name in status.reason, (i, status.reason)
+    finally:
+        path.unlink()
+        (audit_dir(lake.stream.landing_path) / audit_name(path.name)).unlink()
+
+
+def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    from laketide import partitions
+    from laketide.landing import Landed
+
+    def commit(i: int, at: int, files: dict[str, int]) -> Snap:
+        summary = {"laketide.writer-id": "w", "laketide.source-files": json.dumps(sorted(files)),
+                   "laketide.source-stats": json.dumps([[1, files[n]] for n in sorted(files)])}
+        return Snap(i, i - 1, i, at, summary)
+
+    minute = 60_000
+    chain = [commit(i, (i + 1) * 10 * minute, {f"f{i}.jsonl": i * 10 * minute + 1}) for i in range(100)]
+    seen_ids: list[int] = []
+
+    def fake_lineage(catalog: object, table: str, stop: Any) -> tuple[int, list[Snap]]:
+        out = []
+        for snap in reversed(chain):
+            seen_ids.append(snap.snapshot_id)
+            out.append(snap)
+            if stop(snap):
+                break
+        return chain[-1].snapshot_id, out
+
+    monkeypatch.setattr(partitions, "lineage", fake_lineage)
+
+    def landed(name: str, mtime: int) -> Landed:
+        return Landed(name, 1, mtime, mtime, None)
+
+    everything = [landed(f"f{i}.jsonl", i * 10 * minute + 1) for i in range(100)]
+    assert uncommitted(object(), stream(), everything) == []
+    assert seen_ids == [99]  # the newest commit took the newest file: every older one was taken before
+    seen_ids.clear()
+    new = landed("new.jsonl", 1005 * minute)  # landed after the last commit
+    assert uncommitted(object(), stream(), [*everything, new]) == [new]
+    assert seen_ids == [99]
+    seen_ids.clear()
+    # a file older than the oldest one the walked commits took, not taken: Spark takes the oldest files first, so
+    # it reached data/ after them; counted as committed here (the close's verification, which compares every
+    # source position, finds it pending)
+    skipped = landed("skipped.jsonl", 500 * minute + 5)
+    assert uncommitted(object(), stream(), sorted([*everything, skipped], key=lambda f: f.mtime_ms)) == []
+    seen_ids.clear()
+    # commits that did not record modification times (older writers): the walk stops at the first commit older
+    # than the file (less the clock skew): none older can hold it
+    for snap in chain:
+        del snap.summary["laketide.source-stats"]
+    assert uncommitted(object(), stream(), [skipped]) == [skipped]
+    assert seen_ids == list(range(99, 47, -1))  # commit 48 (at 490 min) is the first older than 499 min
+
+
+def test_backlog_splits_by_hour() -> None:
+    from laketide.landing import Landed
+
+    files = [Landed("a", 1, 1, 5, KEY), Landed("b", 1, 2, 9, "2026-11-22T04:00:00+00:00"), Landed("c", 1, 3, 7, None),
+             Landed("d", 1, 4, 4, "2026-11-22T01:00:00+00:00")]
+    assert backlog(files, files, P) == Backlog(("a", "c", "d"), 1, 9)
+    assert backlog(files, [], P) == Backlog((), 0, 9)
+    assert backlog([], [], P) == Backlog()
+
+
+def test_hours_checked_together_equal_hours_checked_alone(lake: Lake) -> None:
+    for now in (lake.written_at, lake.written_at + timedelta(hours=5)):
+        together = check_partitions(lake.config, lake.stream, lake.hours, now)
+        alone = [check_partition(lake.config, lake.stream, hour, now)[0] for hour in lake.hours]
+        assert [(s.partition, s.state, s.rows, s.watermark, s.snapshot_id) for s in together] == [
+            (s.partition, s.state, s.rows, s.watermark, s.snapshot_id) for s in alone]
+    assert check_partitions(lake.config, lake.stream, []) == []
 
 
 def test_warm_read_equals_cold_read(lake: Lake) -> None:
@@ -232,3 +395,32 @@ def test_warm_read_equals_cold_read(lake: Lake) -> None:
     assert warm == cold
     with pytest.raises(ValueError, match="cursor is for partition"):
         read(catalog, lake.stream, lake.hours[1], lake.written_at, cold)
+
+
+def test_landed_files_reads_the_listing_only(tmp_path: Path) -> None:
+    """What the writer will read, from names, sizes and times (no line read): hidden and empty files left out, the
+    hour from the name, else from the audit record, else unknown."""
+    import os
+
+    from laketide.landing import audit_dir, data_dir, landed_files, publish
+
+    contract = publish(tmp_path, ['{"a": 1}'], KEY, "p", 0, "clicks")
+    data, audits = data_dir(tmp_path), audit_dir(tmp_path)
+    (data / "free-name.jsonl").write_text('{"a": 2}\n')
+    (audits / "free-name.json").write_text(json.dumps({
+        "version": 1, "stream": "clicks", "file": "free-name.jsonl", "producer": "x", "records": 1,
+        "partitions": {"2026-11-22T05:00:00+00:00": 1}, "produced_at": "2026-11-22T05:10:00+00:00"}))
+    (data / "no-audit.jsonl").write_text('{"a": 3}\n')
+    (data / "_hidden.jsonl").write_text('{"a": 4}\n')
+    (data / "empty.jsonl").write_bytes(b"")
+    old = datetime(2020, 1, 1, tzinfo=UTC).timestamp()
+    os.utime(data / "no-audit.jsonl", (old, old))  # a copy that kept an old modification time
+    files = {f.name: f for f in landed_files(tmp_path)}
+    assert set(files) == {contract.name, "free-name.jsonl", "no-audit.jsonl"}
+    assert files[contract.name].hour == KEY
+    assert files["free-name.jsonl"].hour == "2026-11-22T05:00:00+00:00"
+    assert files["no-audit.jsonl"].hour is None
+    copied = files["no-audit.jsonl"]
+    assert copied.mtime_ms == int(old * 1000) and copied.landed_ms > copied.mtime_ms  # landed now (status change)
+    assert next(iter(landed_files(tmp_path))).name == "no-audit.jsonl"  # oldest modification time first
+    assert landed_files(tmp_path / "nothing") == []

@@ -1,7 +1,9 @@
 """The close of one partition, as plain functions the close DAG's tasks call.
 
-sensor outcome (complete | empty) -> :func:`verify` (Great Expectations; records verified or failed)
--> :func:`close` (records closed; the caller emits the Asset event with :func:`close_extra`).
+:func:`close_range` (the hours a run closes: its data interval, or a validated range)
+-> sensor outcome (complete | empty) of the last of them -> :func:`decide_range` (the others, in event-time order)
+-> :func:`verify` per hour (Great Expectations; records verified or failed)
+-> :func:`close` per hour (records closed; the caller emits the Asset event with :func:`close_extra`).
 Rows that reach a closed partition later are found by :func:`find_reopened` (the partition is recorded
 reopened) and the partition goes through verify and close again.
 """
@@ -14,8 +16,8 @@ from typing import Any
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import hour_start, parse_partition, partition_key
-from laketide.partitions import State, partition_rows
+from laketide.landing import HOUR, hour_start, parse_partition, partition_key
+from laketide.partitions import State, check_partitions, partition_rows
 from laketide.status import StatusRecord, history, record
 from laketide.verify import Verification, verify_partition
 
@@ -40,6 +42,73 @@ def parse_hour(value: str | datetime) -> datetime:
     if dt.tzinfo is None:
         raise ValueError(f"partition {value!s} has no UTC offset: write e.g. 2026-11-22T03:00:00+00:00")
     return hour_start(dt)
+
+
+class RangeError(LaketideError, ValueError):
+    """A close-range param that is refused before anything is checked or recorded."""
+
+
+class RangeNotDecided(LaketideError):
+    """Hours of a range that are not complete or empty (yet) when the range's last hour is."""
+
+
+def close_range(start: str | None, end: str | None, now: datetime, max_hours: int) -> list[datetime] | None:
+    """The hours ``[start, end)`` of a "close range" run, oldest first; None when neither is given (the run closes
+    its data interval).
+
+    :raises RangeError: only one of them given; not an ISO time with a UTC offset; not a whole hour; ``start`` not
+        before ``end``; ``end`` after ``now`` (an hour is closed once it has ended); more than ``max_hours`` hours
+    """
+    given = [v for v in (start, end) if v not in (None, "")]
+    if not given:
+        return None
+    if len(given) == 1:
+        raise RangeError("give both start and end (the range [start, end) of whole UTC hours), or neither "
+                         "(the run closes its data interval)")
+    assert start is not None and end is not None
+    bounds = []
+    for name, value in (("start", start), ("end", end)):
+        try:
+            bounds.append(parse_hour(value))
+        except ValueError as exc:
+            raise RangeError(f"{name}: {exc}") from None
+    first, stop = bounds
+    if first >= stop:
+        raise RangeError(f"start {first.isoformat()} must be before end {stop.isoformat()} (the range is "
+                         "[start, end): end is the first hour not closed)")
+    if stop > now:
+        raise RangeError(f"end {stop.isoformat()} is in the future (now {now.isoformat(timespec='seconds')}): "
+                         "an hour is closed once it has ended; the hourly schedule closes the hours to come")
+    count = int((stop - first) / HOUR)
+    if count > max_hours:
+        raise RangeError(f"the range holds {count} hours, more than close.max_range_hours ({max_hours}): split it "
+                         "into several runs, or backfill the close DAG (docs/operations.md, Closing history)")
+    return [first + i * HOUR for i in range(count)]
+
+
+def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str], last: dict[str, Any],
+                 now: datetime | None = None) -> list[dict[str, Any]]:
+    """The decision of every hour of a run, oldest first: ``last`` is the sensor's for the last hour, the others
+    are checked now from metadata (together: :func:`laketide.partitions.check_partitions`).
+
+    Once the last hour is complete or empty every earlier one is too (its watermark or its idle, committed input
+    covers them, and no backlog of the last hour or earlier means none of theirs): an hour that is not, e.g. a
+    file of it landed since, fails the run before anything is recorded.
+
+    :raises RangeNotDecided: naming each such hour with its state and reason
+    """
+    decisions: list[dict[str, Any]] = []
+    undecided: list[str] = []
+    for status in check_partitions(config, stream, [parse_hour(key) for key in hours[:-1]], now):
+        key = partition_key(status.partition)
+        if status.state in (State.COMPLETE, State.EMPTY):
+            decisions.append(status.to_dict())
+        else:
+            undecided.append(f"{key} is {status.state}: {status.reason}")
+    if undecided:
+        raise RangeNotDecided(f"{len(undecided)} hour(s) of {stream.name} before {hours[-1]} (which is "
+                              f"{last['state']}) are not decided; nothing recorded: " + "; ".join(undecided))
+    return [*decisions, last]
 
 
 def record_decision(config: LaketideConfig, decision: dict[str, Any], run_id: str | None) -> None:

@@ -136,6 +136,10 @@ class StreamConfig(_Strict):
     trigger_interval: timedelta = timedelta(seconds=30)
     allowed_lateness: timedelta = timedelta(minutes=10)
     idle_window: timedelta = timedelta(minutes=5)
+    #: the source sends events continuously: an input idle (no file landed, no commit) for ``idle_window`` after an
+    #: hour's end + lateness is a gap (alert). False for a stream that replays history: an idle input, all of it
+    #: committed, has ended, and the hours its watermark reached close
+    live: bool = True
     max_files_per_trigger: int = Field(default=100, ge=1)
     #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
     min_event_time: str = "2000-01-01T00:00:00+00:00"
@@ -283,6 +287,8 @@ class CloseConfig(_Strict):
     poke_interval: timedelta = timedelta(seconds=60)
     #: how long the sensor waits for a partition before it fails (lagging or open for too long)
     sensor_timeout: timedelta = timedelta(hours=6)
+    #: the most hours one "close range" run of the close DAG may cover (longer ranges: several runs, or a backfill)
+    max_range_hours: int = Field(default=744, ge=1)
 
     @field_validator("poke_interval", "sensor_timeout", mode="before")
     @classmethod

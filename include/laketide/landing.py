@@ -567,3 +567,62 @@ def inspect(
             add(name, Reason.DELETED, f"ingested, then deleted from data/: its {audit['records']} record(s) "
                 "are still expected (its audit record is kept)", blocking=False)
     return report
+
+
+# ---------------------------------------------------------------- metadata only: what the writer will read
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A data file of ``data/`` the writer reads (not hidden, not empty), from the file system's metadata and
+    its name or audit record: no line is read (the triggerer's view of the landing zone)."""
+
+    name: str
+    size: int
+    mtime_ms: int
+    #: when it reached ``data/`` at the latest known: its modification or status-change time, whichever is
+    #: later (a rename into ``data/`` sets the status-change time; a copy that keeps an old modification time
+    #: does too)
+    landed_ms: int
+    #: its hour (partition key) from its name, else from its audit record (the earliest hour it names);
+    #: None when neither tells
+    hour: str | None
+
+
+def landed_files(landing_path: str | Path) -> list[Landed]:
+    """The files of ``data/`` the writer will read or has read, oldest modification time first.
+
+    One ``os.stat`` per file; an audit record is read only for a file whose name does not follow the contract.
+    Hidden and empty files are left out: Spark's file source never reads them (``inspect`` reports them).
+    """
+    folder = data_dir(landing_path)
+    if not folder.is_dir():
+        return []
+    out: list[Landed] = []
+    for entry in os.scandir(folder):
+        name = entry.name
+        if not name.endswith(DATA_SUFFIX) or hidden(name):
+            continue
+        try:
+            st = entry.stat()
+        except FileNotFoundError:  # moved away while listing
+            continue
+        if not entry.is_file() or st.st_size == 0:
+            continue
+        hour = name_hour(name)
+        if hour is None:
+            hour = _audit_hour(landing_path, name)
+        mtime = st.st_mtime_ns // 1_000_000
+        out.append(Landed(name, st.st_size, mtime, max(mtime, st.st_ctime_ns // 1_000_000), hour))
+    out.sort(key=lambda f: (f.mtime_ms, f.name))
+    return out
+
+
+def _audit_hour(landing_path: str | Path, name: str) -> str | None:
+    try:
+        record = json.loads((audit_dir(landing_path) / audit_name(name)).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if _check_audit(record, name) is not None:
+        return None
+    return min(record["partitions"])

@@ -1,41 +1,45 @@
-"""Partition status from Iceberg metadata only: open, complete, empty, lagging, gap (see docs/operations.md).
+"""Partition status from metadata only: open, complete, empty, lagging, gap (see docs/operations.md).
 
 Plain functions over the snapshot summaries the writer leaves (``laketide.commits``), read incrementally
-from the last snapshot a check has seen: no Spark, no data-file scans.
+from the last snapshot a check has seen, and over the landing zone's listing (names, sizes, times): no Spark,
+no data file read, neither of the table nor of the landing zone.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from laketide.catalog import load_catalog
-from laketide.commits import PARTITION_ROWS, WATERMARK, WRITER_ID
+from laketide.commits import PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.landing import HOUR, from_epoch_hours, hour_start, partition_key
+from laketide.landing import HOUR, Landed, from_epoch_hours, hour_start, landed_files, partition_key
 from laketide.snapshots import Snap, TableNotFoundError, lineage
 
 
 class State(StrEnum):
     """Every state a partition goes through (the status table's ``state`` column)."""
 
-    OPEN = "open"  # the watermark has not passed partition end + lateness, or the writer has not started yet
-    COMPLETE = "complete"  # watermark passed end + lateness, and no rows added for the idle window
-    EMPTY = "empty"  # watermark passed end + lateness, and the partition has no rows (a real quiet hour)
-    LAGGING = "lagging"  # the writer is more than two periods behind now: nothing is declared
-    GAP = "gap"  # the stream stalled while the writer should be current: alert, do not close
+    OPEN = "open"  # the watermark has not passed end + lateness and the input is not idle, or no writer yet
+    COMPLETE = "complete"  # rows, nothing of the hour or older waiting, and the watermark passed end + lateness
+    EMPTY = "empty"  # as complete, with no rows (a real quiet hour)
+    LAGGING = "lagging"  # landed files of the hour or older are not committed yet (backlog): nothing is declared
+    GAP = "gap"  # a live stream's input went idle before the watermark passed the hour: alert, do not close
     VERIFIED = "verified"  # counts verified by Great Expectations
     FAILED = "failed"  # verification failed: the partition stays unclosed
     CLOSED = "closed"  # verified and recorded; an Asset event names the partition
     REOPENED = "reopened"  # rows arrived after the close: re-verified and re-closed
 
 
-#: the writer is lagging when its watermark is more than this many periods behind now
-LAG_PERIODS = 2
+#: how far the landing zone's clock (file times) and the writer's (commit times) may disagree
+CLOCK_SKEW = timedelta(minutes=1)
+#: a live stream whose watermark was this far behind its last commit was replaying history (a hint in a gap)
+REPLAY_HINT = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -106,25 +110,37 @@ def _ago(now: datetime, ms: int) -> timedelta:
 
 def advance(cursor: Cursor, commits: list[Snap], writer_id: str) -> Cursor:
     """Fold new snapshots (oldest first) into the cursor; only the stream's writer commits count."""
-    state = cursor
+    return advance_all([cursor], commits, writer_id)[0]
+
+
+def advance_all(cursors: Sequence[Cursor], commits: list[Snap], writer_id: str) -> list[Cursor]:
+    """:func:`advance` of cursors of several partitions that have seen the same snapshots, in one pass."""
+    if not cursors:
+        return []
+    shared = cursors[0]
+    rows = {c.partition: c.rows for c in cursors}
+    added_ms = {c.partition: c.last_added_ms for c in cursors}
     for snap in commits:
         summary = snap.summary
         if summary.get(WRITER_ID) != writer_id:
-            state = replace(state, snapshot_id=snap.snapshot_id)
+            shared = replace(shared, snapshot_id=snap.snapshot_id)
             continue
-        added = int(json.loads(summary.get(PARTITION_ROWS) or "{}").get(cursor.partition, 0))
+        for key, count in json.loads(summary.get(PARTITION_ROWS) or "{}").items():
+            if key in rows and int(count):
+                rows[key] += int(count)
+                added_ms[key] = snap.timestamp_ms
         watermark = summary.get(WATERMARK)
-        state = replace(
-            state,
+        shared = replace(
+            shared,
             snapshot_id=snap.snapshot_id,
             last_commit_ms=snap.timestamp_ms,
             watermark=watermark,
-            watermark_since_ms=(state.watermark_since_ms if watermark == state.watermark and state.last_commit_ms
+            watermark_since_ms=(shared.watermark_since_ms if watermark == shared.watermark and shared.last_commit_ms
                                 is not None else snap.timestamp_ms),
-            rows=state.rows + added,
-            last_added_ms=snap.timestamp_ms if added else state.last_added_ms,
         )
-    return state
+    return [replace(c, snapshot_id=shared.snapshot_id, last_commit_ms=shared.last_commit_ms,
+                    watermark=shared.watermark, watermark_since_ms=shared.watermark_since_ms,
+                    rows=rows[c.partition], last_added_ms=added_ms[c.partition]) for c in cursors]
 
 
 def enough_history(stream: StreamConfig, partition: datetime, now: datetime) -> Callable[[Snap], bool]:
@@ -169,11 +185,86 @@ def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
     return advance(Cursor(key), list(reversed(snaps)), stream.writer_id)
 
 
-def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datetime) -> tuple[State, str]:
-    """The state of a partition from what the cursor has seen (the rules of docs/operations.md).
+@dataclass(frozen=True)
+class Backlog:
+    """The writer's input as the landing zone shows it, for one partition (metadata only: :func:`backlog`)."""
 
-    ``now`` is a parameter so that tests and backfills control the clock.
+    #: landed files not committed yet whose hour is the partition's or earlier (or unknown), oldest first
+    pending: tuple[str, ...] = ()
+    #: landed files not committed yet of later hours
+    later: int = 0
+    #: the newest landing time (ms since the epoch) of a file the writer reads; None when nothing landed
+    last_landed_ms: int | None = None
+
+
+def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> list[Landed]:
+    """The landed ``files`` (oldest modification time first) that no commit of the writer in the table's
+    current lineage recorded in its source position (``laketide.source-files``): the backlog.
+
+    The walk goes back from the current snapshot only as far as the files need. Spark's file source takes the
+    oldest files first (by modification time), so a file older than every file the walked commits took was taken
+    before them and is not looked for; and a commit older than a file cannot hold it, so the walk stops once every
+    file still looked for is newer than the commit reached (less :data:`CLOCK_SKEW`). A file that reached
+    ``data/`` after newer ones were committed, with an older modification time, is counted as committed here;
+    the close's verification (which compares every source position) still finds it pending.
     """
+    if not files:
+        return []
+    times = [f.mtime_ms for f in files]
+    found: set[str] = set()
+    oldest_taken: int | None = None
+    left: list[Landed] = list(files)
+    skew = _ms_delta(CLOCK_SKEW)
+
+    def stop(snap: Snap) -> bool:
+        nonlocal oldest_taken, left
+        if snap.summary.get(WRITER_ID) == stream.writer_id:
+            for name, stat in source_position(snap.summary).items():
+                found.add(name)
+                if stat is not None and (oldest_taken is None or stat.mtime_ms < oldest_taken):
+                    oldest_taken = stat.mtime_ms
+        first = 0 if oldest_taken is None else bisect_left(times, oldest_taken)
+        left = [f for f in files[first:] if f.name not in found]
+        return not left or snap.timestamp_ms < left[0].mtime_ms - skew
+
+    try:
+        lineage(catalog, stream.table, stop)
+    except TableNotFoundError:
+        return list(files)
+    return left
+
+
+def backlog(files: Sequence[Landed], pending: Sequence[Landed], partition: datetime) -> Backlog:
+    """Split the uncommitted files into those of ``partition`` or earlier (or of no known hour) and later ones."""
+    key = partition_key(partition)
+    upto = tuple(f.name for f in pending if f.hour is None or f.hour <= key)
+    last = max((f.landed_ms for f in files), default=None)
+    return Backlog(upto, len(pending) - len(upto), last)
+
+
+def _ms_delta(delta: timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
+def _closed(seen: Cursor, why: str) -> tuple[State, str]:
+    if seen.rows == 0:
+        return State.EMPTY, f"{why}; the partition has no rows"
+    return State.COMPLETE, f"{why}; {seen.rows} rows"
+
+
+def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datetime,
+             landing: Backlog | None = None) -> tuple[State, str]:
+    """The state of a partition (the rules of docs/operations.md) from the writer's commits (``seen``) and the
+    landing zone (``landing``; None: nothing landed that is not committed).
+
+    Completeness is an event-time question: the watermark passed the hour's end + lateness and nothing of the
+    hour or older waits in the landing zone. Lagging and gap are processing-time questions, asked of ``now``:
+    files waiting to be committed are a backlog (lagging); an input with no file landed and no commit for the
+    idle window, once the hour is due, is a gap for a live stream, and for a stream that replays history
+    (``live: false``) the end of its input, which closes the hours its watermark reached.
+    ``now`` is a parameter so that tests control the clock.
+    """
+    landing = landing or Backlog()
     due = partition + HOUR + stream.allowed_lateness
     idle = stream.idle_window
     if seen.last_commit_ms is None:
@@ -181,58 +272,109 @@ def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datet
         # nothing is wrong with the hour yet; the sensor waits (its timeout alerts if the writer never comes)
         return State.OPEN, (f"waiting for the writer: {stream.writer_id!r} has not committed to {stream.table} yet "
                             f"(is laketide_ingest_{stream.name} running?); the hour is decided once it has")
-    if seen.watermark is None:  # the writer commits, but no valid event yet (only rejects)
-        if now < due:
-            return State.OPEN, "the writer has committed no valid event yet"
-        assert seen.watermark_since_ms is not None
-        if _ago(now, seen.last_commit_ms) >= idle or _ago(now, seen.watermark_since_ms) >= idle:
-            return State.GAP, (f"stream {stream.name} stalled: writer {stream.writer_id!r} has committed no valid "
-                               f"event since {_at(seen.watermark_since_ms)} (last commit {_at(seen.last_commit_ms)}, "
-                               f"idle window {idle}); the partition was due at {due.isoformat()}. Check the producers.")
-        return State.OPEN, "the writer has committed no valid event yet"
-    watermark = datetime.fromisoformat(seen.watermark)
-    behind = now - watermark
-    if behind > LAG_PERIODS * HOUR:
-        return State.LAGGING, (f"the writer is behind: its watermark {seen.watermark} is {behind} behind now; "
-                               "nothing is declared until it catches up")
-    if watermark >= due:
-        if seen.rows == 0:
-            return State.EMPTY, f"watermark {seen.watermark} passed {due.isoformat()} and the partition has no rows"
-        assert seen.last_added_ms is not None
-        quiet = _ago(now, seen.last_added_ms)
-        if quiet >= idle:
-            return State.COMPLETE, (f"watermark {seen.watermark} passed {due.isoformat()}; {seen.rows} rows, none "
-                                    f"added since {_at(seen.last_added_ms)} (idle window {idle})")
-        return State.OPEN, f"rows still arriving: last added {_at(seen.last_added_ms)}, idle window {idle}"
+    if landing.pending:
+        more = f" and {len(landing.pending) - 1} more" if len(landing.pending) > 1 else ""
+        return State.LAGGING, (f"backlog: {len(landing.pending)} landed file(s) of this hour or earlier not committed "
+                               f"yet ({landing.pending[0]}{more}); nothing is declared until the writer has "
+                               f"committed them (last commit {_at(seen.last_commit_ms)})")
+    watermark = datetime.fromisoformat(seen.watermark) if seen.watermark is not None else None
+    if watermark is not None and watermark >= due:
+        return _closed(seen, f"watermark {seen.watermark} passed {due.isoformat()} and nothing of the hour or "
+                             "earlier waits in the landing zone")
+    waiting = (f"waiting for the watermark ({seen.watermark}) to pass {due.isoformat()}" if watermark is not None
+               else "the writer has committed no valid event yet")
     if now < due:
-        return State.OPEN, f"waiting for the watermark ({seen.watermark}) to pass {due.isoformat()}"
-    assert seen.last_commit_ms is not None and seen.watermark_since_ms is not None
-    if _ago(now, seen.last_commit_ms) >= idle:
-        return State.GAP, (f"stream {stream.name} stalled: no commit from writer {stream.writer_id!r} since "
-                           f"{_at(seen.last_commit_ms)} (idle window {idle}); the watermark {seen.watermark} has not "
-                           f"passed {due.isoformat()}. Check the producers and the ingest DAG.")
-    if _ago(now, seen.watermark_since_ms) >= idle:
-        return State.GAP, (f"stream {stream.name} stalled: the writer commits but no new events since "
-                           f"{_at(seen.watermark_since_ms)} (watermark stuck at {seen.watermark}, idle window {idle}). "
-                           "Check the producers.")
-    return State.OPEN, f"waiting for the watermark ({seen.watermark}) to pass {due.isoformat()}"
+        return State.OPEN, waiting
+    # the hour is due by the wall clock, its watermark has not passed: is the input idle?
+    no_commit = _ago(now, seen.last_commit_ms) >= idle
+    if landing.later:
+        if no_commit:
+            return State.LAGGING, (f"backlog: {landing.later} landed file(s) of later hours not committed yet and no "
+                                   f"commit since {_at(seen.last_commit_ms)} (idle window {idle}): the writer is "
+                                   f"not keeping up (is laketide_ingest_{stream.name} running?)")
+        return State.OPEN, f"{waiting}; the writer is ingesting {landing.later} landed file(s) of later hours"
+    no_landing = landing.last_landed_ms is None or _ago(now, landing.last_landed_ms) >= idle
+    quiet = (f"no file landed since {_at(landing.last_landed_ms)} and no commit since {_at(seen.last_commit_ms)} "
+             f"(idle window {idle})")
+    if no_commit and no_landing:
+        if stream.live:
+            return State.GAP, (f"stream {stream.name} stalled: {quiet}, and the watermark {seen.watermark} has not "
+                               f"passed {due.isoformat()}. Check the producers and the ingest DAG."
+                               + _replay_hint(stream, seen, watermark))
+        if watermark is not None and watermark >= partition:
+            return _closed(seen, f"the input ended ({quiet}, all of it committed) and the watermark "
+                                 f"{seen.watermark} reached the hour")
+        return State.OPEN, (f"the input ended ({quiet}) before this hour (watermark {seen.watermark}): "
+                            "waiting for its data")
+    if stream.live and not no_commit:
+        assert seen.watermark_since_ms is not None
+        if _ago(now, seen.watermark_since_ms) >= idle:
+            what = ("no valid event since its first commit" if watermark is None
+                    else f"no new events since {_at(seen.watermark_since_ms)} (watermark stuck at {seen.watermark})")
+            return State.GAP, (f"stream {stream.name} stalled: the writer commits (last {_at(seen.last_commit_ms)}) "
+                               f"but {what}, idle window {idle}; the hour was due at {due.isoformat()}. "
+                               "Check the producers.")
+    return State.OPEN, waiting
+
+
+def _replay_hint(stream: StreamConfig, seen: Cursor, watermark: datetime | None) -> str:
+    """A gap of a live stream whose input was far older than its commits: perhaps a replay of history."""
+    if watermark is None or seen.last_commit_ms is None:
+        return ""
+    behind = datetime.fromtimestamp(seen.last_commit_ms / 1000, UTC) - watermark
+    if behind < REPLAY_HINT:
+        return ""
+    return (f" Its watermark was {behind} behind its last commit: if this stream replays history, set "
+            f"streams[{stream.name}].live: false so that an idle, committed input closes its last hours.")
 
 
 def check_partition(config: LaketideConfig, stream: StreamConfig, partition: datetime,
                     now: datetime | None = None, cursor: Cursor | None = None) -> tuple[PartitionStatus, Cursor]:
-    """One status check of one partition: read the new snapshots, classify. Metadata only, no JVM."""
+    """One status check of one partition: read the new snapshots and the landing zone's metadata, classify.
+
+    Metadata only: snapshot summaries, a listing of the landing zone with one ``stat`` per file; no data file of
+    the table or of the landing zone is read, no JVM.
+    """
     partition = hour_start(partition)
     now = now or datetime.now(UTC)
+    catalog = load_catalog(config.catalog)
+    files = landed_files(stream.landing_path)
     try:
-        seen = read(load_catalog(config.catalog), stream, partition, now, cursor)
+        seen = read(catalog, stream, partition, now, cursor)
         missing = ""
     except TableNotFoundError as exc:  # the writer has not created it yet: nothing committed
         seen, missing = Cursor(partition_key(partition)), f"{exc}. "
-    state, reason = classify(stream, partition, seen, now)
+    pending = uncommitted(catalog, stream, files) if seen.last_commit_ms is not None else list(files)
+    state, reason = classify(stream, partition, seen, now, backlog(files, pending, partition))
     reason = missing + reason
     status = PartitionStatus(stream.name, partition, state, reason, seen.rows, seen.watermark,
                              seen.snapshot_id, now)
     return status, seen
+
+
+def check_partitions(config: LaketideConfig, stream: StreamConfig, partitions: Sequence[datetime],
+                     now: datetime | None = None) -> list[PartitionStatus]:
+    """The status of several hours at once (a close range), as :func:`check_partition` finds each: one walk of the
+    lineage back as far as the earliest hour needs, one listing of the landing zone and one backlog walk."""
+    hours = [hour_start(p) for p in partitions]
+    if not hours:
+        return []
+    now = now or datetime.now(UTC)
+    catalog = load_catalog(config.catalog)
+    files = landed_files(stream.landing_path)
+    try:
+        _, snaps = lineage(catalog, stream.table, enough_history(stream, min(hours), now))
+        missing = ""
+    except TableNotFoundError as exc:
+        snaps, missing = [], f"{exc}. "
+    cursors = advance_all([Cursor(partition_key(h)) for h in hours], list(reversed(snaps)), stream.writer_id)
+    pending = uncommitted(catalog, stream, files) if cursors[0].last_commit_ms is not None else list(files)
+    out = []
+    for hour, seen in zip(hours, cursors, strict=True):
+        state, reason = classify(stream, hour, seen, now, backlog(files, pending, hour))
+        out.append(PartitionStatus(stream.name, hour, state, missing + reason, seen.rows, seen.watermark,
+                                   seen.snapshot_id, now))
+    return out
 
 
 def partition_rows(config: LaketideConfig, stream: StreamConfig) -> dict[datetime, int]:

@@ -12,12 +12,14 @@ from laketide.airflow.triggers import PartitionCompletionTrigger, check
 
 
 class PartitionCompletionSensor(BaseSensorOperator):
-    """Wait until an hourly partition of a stream is decided from Iceberg metadata.
+    """Wait until an hourly partition of a stream is decided from metadata (Iceberg snapshot summaries and the
+    landing zone's listing; the rules of ``laketide.partitions.classify``).
 
     Outcomes: ``complete`` and ``empty`` succeed and push the status (XCom ``return_value``) for the close;
     ``gap`` (a stalled stream) records the gap in the status table and fails without retrying, which runs
     the task's ``on_failure_callback`` (the alert hook); ``open`` (including "the writer has not committed yet,
-    its table may not exist") and ``lagging`` keep waiting, until ``timeout`` fails the task with the last reason.
+    its table may not exist") and ``lagging`` (landed files not committed yet) keep waiting, until ``timeout``
+    fails the task with the last reason.
 
     :param stream: stream name (templated)
     :param partition: the hour to wait for (templated), by default the run's data interval start

@@ -1,4 +1,5 @@
-"""The partition-completion trigger: waits in the triggerer, reading Iceberg metadata only (no JVM)."""
+"""The partition-completion trigger: waits in the triggerer, reading metadata only (Iceberg snapshot summaries and
+the landing zone's listing; no data file, no JVM)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] 
 class PartitionCompletionTrigger(BaseTrigger):
     """Fires when a partition is decided: complete, empty or gap; or when ``deadline`` passes (timeout).
 
-    Each poll reads only the snapshots committed since the previous poll (the cursor), in a worker
-    thread so the triggerer's event loop never blocks. Open and lagging partitions keep it waiting.
+    Each poll reads the snapshots committed since the previous poll (the cursor), the landing zone's listing and,
+    for the backlog, the source positions of the newest commits (as far back as the landed files need), in a
+    worker thread so the triggerer's event loop never blocks. Open and lagging partitions keep it waiting.
 
     :param config_path: the laketide configuration file (resolved by the sensor on the worker)
     :param stream: stream name
