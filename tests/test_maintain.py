@@ -37,7 +37,7 @@ from laketide.partitions import State
 from laketide.producer import make_event
 from laketide.status import StatusRecord, record
 from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
-from tests.test_writer import START, assert_exactly_once, landed
+from tests.test_writer import START, assert_exactly_once
 
 pytestmark = pytest.mark.slow
 
@@ -100,9 +100,13 @@ def referenced(config: LaketideConfig, table: str) -> set[str]:
 
 
 def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> None:
-    config_path = with_catalog(
-        landed(tmp_path, max_files_per_trigger=2),
-        defaults={"min_snapshots": 1, "snapshot_retention": "1h", "orphan_age": "1d"})
+    from tests.helpers import write_config
+    from tests.test_writer import produce
+
+    config_path = with_catalog(write_config(tmp_path, max_files_per_trigger=2),
+                               defaults={"min_snapshots": 1, "snapshot_retention": "8h", "orphan_age": "1d"})
+    produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "500", "--events-per-file", "100",
+            "--malformed-ratio", "0.03", "--late-ratio", "0.05", "--late-by", "40m", "--seed", "11")
     assert run_writer(config_path) == 0, writer_log(config_path)
     config = load(config_path)
     catalog = load_catalog(config.catalog)
@@ -149,8 +153,6 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert events.metadata.current_snapshot_id != markers[EVENTS].snapshot_id  # type: ignore[union-attr]
 
     # more files land; the writer is killed after writing a batch's files, before its commit; it restarts
-    from tests.test_writer import produce
-
     produce(config_path, "--start", "2026-11-22T02:00:00+00:00", "--hours", "1", "--events-per-hour", "600",
             "--events-per-file", "200", "--seed", "12")
     on_disk = data_files_on_disk(config, EVENTS)
@@ -206,7 +208,7 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
     from tests.test_writer import produce
 
     config_path = with_catalog(write_config(tmp_path, trigger_interval="1s", max_files_per_trigger=2),
-                               defaults={"min_snapshots": 1, "snapshot_retention": "1h"})
+                               defaults={"min_snapshots": 1, "snapshot_retention": "8h"})
     config = load(config_path)
     stream = config.stream("clicks")
     catalog = load_catalog(config.catalog)
@@ -235,12 +237,12 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
         close_hours(config, *closed)
         records: list[MaintenanceRecord] = []
         most = 0
-        deadline = time.monotonic() + 75
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             most = max(most, *(file_counts(catalog.load_table(EVENTS)).get(h, 0) for h in closed))
             records += maintain(config, spark, f"{EVENTS},{REJECTS}",
                                 "rewrite_data_files,rewrite_manifests,expire_snapshots",
-                                now=datetime.now(UTC) + timedelta(hours=2))
+                                now=datetime.now(UTC) + timedelta(hours=9))
             assert proc.poll() is None, writer_log(config_path)
     finally:
         stop.set()
@@ -259,7 +261,7 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
     outcomes = [(r.table_name, r.action, r.outcome) for r in records]
     assert all(o in ("ok", "skipped", "gave_up") for _, _, o in outcomes), [r.line() for r in records]
     rounds = sum(1 for t, a, _ in outcomes if (t, a) == (EVENTS, "rewrite_data_files"))
-    assert rounds >= 3, outcomes
+    assert rounds >= 2, outcomes
     assert any(r.action == "rewrite_data_files" and r.outcome == "ok" for r in records)
     assert any(r.action == "expire_snapshots" and (r.snapshots_expired or 0) > 0 for r in records)
     final = maintain(config, spark, EVENTS, "rewrite_data_files")
@@ -279,6 +281,14 @@ def _exists(config: LaketideConfig, table: str) -> bool:
     except (NoSuchTableError, NoSuchNamespaceError):
         return False
     return True
+
+
+def test_retention_shorter_than_a_close_is_refused(tmp_path: Path) -> None:
+    from tests.helpers import write_config
+
+    path = with_catalog(write_config(tmp_path), tables={EVENTS: {"snapshot_retention": "2h"}})
+    with pytest.raises(ConfigError, match=r"tables\.snapshot_retention: 7200s for lake\.clicks is shorter"):
+        load(path)
 
 
 def test_unsafe_orphan_age_is_refused_at_run_time() -> None:

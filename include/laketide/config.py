@@ -462,6 +462,18 @@ def _maintained(config: LaketideConfig) -> list[str]:
     for name in config.maintenance.tables:
         if name not in known:
             problems.append(f"maintenance.tables: {name!r} is not a maintained table; use one of {known}")
+    for stream in config.streams:
+        # the partition check counts an hour's rows from the writer's snapshot summaries: an hour must be closed
+        # before expiry removes the commits that added its rows
+        need = config.close.sensor_timeout + stream.allowed_lateness + timedelta(hours=1)
+        retention = config.maintenance.policy(stream.table).snapshot_retention
+        if retention < need:
+            key = "tables" if stream.table in config.maintenance.tables else "defaults"
+            problems.append(
+                f"maintenance.{key}.snapshot_retention: {_secs(retention)} for {stream.table} is shorter than an hour "
+                f"of stream {stream.name!r} may wait to close ({_secs(need)}: 1 hour + allowed_lateness + "
+                "close.sensor_timeout); the partition check reads the rows of an hour from the writer's snapshots, "
+                "which expiry would remove first. Keep 1d (the default) or more")
     return problems
 
 
