@@ -123,6 +123,18 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert {r.outcome for r in dry} <= {"dry_run", "skipped"}
     assert catalog.load_table(EVENTS).metadata_location == location
 
+    # one maintenance run per table: a table another run holds is skipped, and said so
+    from laketide.lease import WriterLease, engine_for
+    from laketide.maintain.job import LEASE_PREFIX
+    from laketide.maintain.record import BUSY
+
+    other = WriterLease(engine_for(config.catalog), LEASE_PREFIX + EVENTS, timedelta(hours=1), "maintenance")
+    other.acquire()
+    (busy,) = maintain(config, spark, EVENTS, "rewrite_data_files")
+    other.release()
+    assert busy.outcome == "skipped" and (busy.detail or "").startswith(BUSY), busy
+    assert catalog.load_table(EVENTS).metadata_location == location
+
     # compaction of the closed hours only, then manifests: counts unchanged
     done = maintain(config, spark, f"{EVENTS},{REJECTS}", "rewrite_data_files,rewrite_manifests")
     by = {(r.table_name, r.action): r for r in done}

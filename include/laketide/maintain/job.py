@@ -33,7 +33,7 @@ from laketide.landing import partition_key
 from laketide.lease import WriterLease, engine_for
 from laketide.maintain import plan
 from laketide.maintain.health import file_counts, snaps, table_stats
-from laketide.maintain.record import MaintenanceRecord, record
+from laketide.maintain.record import BUSY, MaintenanceRecord, record
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -97,8 +97,7 @@ class Maintainer:
         except WriterBusyError:
             holder = lease.holder()
             busy = MaintenanceRecord(self.run_id, target.table, ",".join(actions), outcome="skipped", dry_run=dry_run,
-                                     detail="another maintenance run holds the table"
-                                            + (f" ({holder.describe(time.time())})" if holder else ""))
+                                     detail=BUSY + (f" ({holder.describe(time.time())})" if holder else ""))
             self._keep(busy)
             return [busy]
         out: list[MaintenanceRecord] = []

@@ -38,6 +38,8 @@ TABLE_PROPERTIES = {
     "commit.retry.min-wait-ms": "50",
     "commit.retry.max-wait-ms": "2000",
 }
+#: the detail of a table skipped because another maintenance run holds it
+BUSY = "another maintenance run holds the table"
 _INTS = ("duration_ms", "files_before", "files_after", "bytes_before", "bytes_after", "manifests_before",
          "manifests_after", "snapshots_before", "snapshots_after", "snapshots_expired", "orphans_found",
          "orphans_removed")
@@ -171,9 +173,10 @@ def history(config: LaketideConfig, table: str | None = None) -> list[Maintenanc
 
 
 def last_maintenance(records: list[MaintenanceRecord]) -> dict[str, datetime]:
-    """When each table last had an action that changed or checked it (not dry runs, skips or failures)."""
+    """When each table was last maintained: an action that changed it, or found nothing to do (not a dry run, a
+    failure, or a table another run held)."""
     last: dict[str, datetime] = {}
     for r in records:
-        if r.outcome == "ok":
+        if r.outcome == "ok" or (r.outcome == "skipped" and not (r.detail or "").startswith(BUSY)):
             last[r.table_name] = max(last.get(r.table_name, r.started_at), r.started_at)
     return last
