@@ -417,3 +417,58 @@ def test_compaction_plan() -> None:
         "(`event_time` >= TIMESTAMP '2026-11-22 00:00:00.000' AND `event_time` < TIMESTAMP '2026-11-22 02:00:00.000')")
     statuses = {h[0]: StatusRecord("clicks", h[0], State.CLOSED), h[1]: StatusRecord("clicks", h[1], State.REOPENED)}
     assert plan.closed_hours(statuses) == [h[0]]
+
+
+class _JavaError(Exception):
+    """An exception carrying a (fake) Java cause chain, as py4j hands them over."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        outer = self
+
+        class _Class:
+            def getName(self) -> str:
+                return name
+
+        class _Throwable:
+            def getClass(self) -> _Class:
+                return _Class()
+
+            def getMessage(self) -> str:
+                return str(outer)
+
+            def getCause(self) -> None:
+                return None
+
+        self.java_exception = _Throwable()
+
+
+def test_a_compaction_that_keeps_losing_gives_up_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laketide.maintain import job
+    from tests.helpers import write_config
+
+    config = load(write_config(tmp_path))
+    kept: list[MaintenanceRecord] = []
+    monkeypatch.setattr(job, "reopen_sqlite_connections", lambda spark, catalog: 0)
+    monkeypatch.setattr(job, "record", lambda config, *records: kept.extend(records))
+    maintainer = Maintainer.__new__(Maintainer)
+    maintainer.config, maintainer.spark, maintainer.run_id, maintainer.cat = config, None, "r", "laketide"
+    maintainer.now = lambda: datetime.now(UTC)
+
+    def lost(*_: Any) -> None:
+        raise _JavaError("org.apache.iceberg.exceptions.CommitFailedException",
+                         "Cannot commit lake.clicks: metadata location has changed")
+
+    def broken(*_: Any) -> None:
+        raise ValueError("something else")
+
+    target = plan.targets(config)[0]
+    policy = config.maintenance.policy(target.table)
+    monkeypatch.setattr(maintainer, "rewrite_data_files", lost, raising=False)
+    rec = maintainer.action(target, "rewrite_data_files", policy, dry_run=False)
+    assert rec.outcome == "gave_up" and "lost to concurrent commits (the writer's commits win)" in (rec.error or "")
+    assert "CommitFailedException: Cannot commit lake.clicks" in (rec.error or "")
+    monkeypatch.setattr(maintainer, "rewrite_manifests", broken, raising=False)
+    rec = maintainer.action(target, "rewrite_manifests", policy, dry_run=False)
+    assert rec.outcome == "failed" and rec.error == "ValueError: something else"
+    assert [r.outcome for r in kept] == ["gave_up", "failed"]
