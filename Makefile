@@ -25,9 +25,10 @@ lint: ## ruff and mypy
 	@$(VENV)/ruff check .
 	@$(VENV)/mypy
 
-bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks) and status-check cost (100 vs 10k snapshots)
+bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks), status-check cost (100 vs 10k snapshots), maintenance before/after
 	@$(VENV)/python bench/bench_writers.py
 	@$(VENV)/python bench/bench_status.py
+	@$(VENV)/python bench/bench_maintain.py
 
 submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental"
 	@$(VENV)/laketide-submit $(JOB) $(ARGS)
@@ -35,7 +36,7 @@ submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_strea
 reconcile: ## Per-partition report of the running quickstart: audit == lake + rejects
 	@$(VENV)/python -m laketide.reconcile
 
-status: ## Latest state of every hour (open, complete, empty, gap, verified, closed, reopened)
+status: ## Latest state of every hour (open, complete, empty, gap, verified, closed, reopened) and each table's health
 	@$(VENV)/python -m laketide.status
 
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars

@@ -315,16 +315,137 @@ class CloseConfig(_Strict):
         return value
 
 
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
+               "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
+#: remove_orphan_files refuses an age below this (Iceberg #4194: a short age deleted files of commits in flight;
+#: Iceberg's Spark procedure refuses less than 24 hours too). There is no override: a test ages its files instead.
+ORPHAN_AGE_FLOOR = timedelta(days=1)
+MAINTENANCE_ACTIONS = ("rewrite_data_files", "rewrite_manifests", "expire_snapshots", "remove_orphan_files")
+
+
+def parse_size(value: Any) -> int:
+    """``134217728``, ``128MB``, ``512k`` or ``1g`` as bytes (binary units)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.match(str(value).lower())
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use e.g. '128MB', '512KB' or a number of bytes)")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2) or ""]
+
+
+class TablePolicy(_Strict):
+    """What maintenance does to one table (``maintenance.defaults``, overridden per table)."""
+
+    #: actions run by default (a manual run may pick others): any of MAINTENANCE_ACTIONS
+    actions: list[str] = list(MAINTENANCE_ACTIONS)
+    #: rewrite_data_files: binpack closed hours to files of this size
+    target_file_size: int = 128 * 1024**2
+    #: rewrite_data_files: a closed hour is compacted when it has at least this many data files
+    min_input_files: int = Field(default=2, ge=2)
+    #: expire_snapshots: snapshots older than this are expired (the writer's newest marker is always kept)
+    snapshot_retention: timedelta = timedelta(days=1)
+    #: expire_snapshots: at least this many snapshots of the current lineage are kept, whatever their age
+    min_snapshots: int = Field(default=50, ge=1)
+    #: remove_orphan_files: only files older than this are candidates (at least 1 day, see ORPHAN_AGE_FLOOR)
+    orphan_age: timedelta = timedelta(days=3)
+
+    @field_validator("target_file_size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int:
+        size = parse_size(value)
+        if size < 1024 * 1024:
+            raise ValueError(f"{value!r} is below 1MB: compaction would make more files, not fewer")
+        return size
+
+    @field_validator("snapshot_retention", "orphan_age", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return positive_duration(value)
+
+    @field_validator("actions")
+    @classmethod
+    def _actions(cls, value: list[str]) -> list[str]:
+        unknown = [a for a in value if a not in MAINTENANCE_ACTIONS]
+        if unknown:
+            raise ValueError(f"unknown action(s) {unknown}: use any of {list(MAINTENANCE_ACTIONS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _orphan_floor(self) -> TablePolicy:
+        if self.orphan_age < ORPHAN_AGE_FLOOR:
+            raise ValueError(
+                f"orphan_age: {_secs(self.orphan_age)} is below the safe floor of 1 day: files of a batch or "
+                "compaction still in flight would be deleted (Iceberg #4194); use 3d (the default) or more")
+        return self
+
+
+class MaintenanceConfig(_Strict):
+    """Table maintenance out of the write path (``laketide.maintain``): policies, record, schedule."""
+
+    #: Iceberg table (namespace.table) where every maintenance action records what it did
+    record_table: str = "laketide.maintenance_log"
+    #: the policy of every maintained table (events, rejects, status and this record table)
+    defaults: TablePolicy = TablePolicy()
+    #: per-table overrides of ``defaults`` (keys: namespace.table), e.g. {"lake.clicks": {"min_snapshots": 100}}
+    tables: dict[str, TablePolicy] = {}
+    #: cron (UTC) of the daily run of expire_snapshots and remove_orphan_files over every table
+    daily_schedule: str = "30 3 * * *"
+    #: a maintenance run holds a lease per table; a silent holder loses it after this long
+    lease: timedelta = timedelta(hours=2)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge(cls, raw: Any) -> Any:
+        """Each table's override is read on top of the defaults (only the keys it names change)."""
+        if isinstance(raw, dict) and isinstance(raw.get("tables"), dict):
+            defaults = raw.get("defaults") or {}
+            if isinstance(defaults, TablePolicy):
+                defaults = defaults.model_dump()
+            raw = {**raw, "tables": {name: {**defaults, **policy} if isinstance(policy, dict) else policy
+                                     for name, policy in raw["tables"].items()}}
+        return raw
+
+    @field_validator("record_table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return check_table_name(value)
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: dict[str, TablePolicy]) -> dict[str, TablePolicy]:
+        for name in value:
+            check_table_name(name)
+        return value
+
+    @field_validator("lease", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return positive_duration(value)
+
+    @field_validator("daily_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError(f"{value!r} is not a 5-field cron expression like '30 3 * * *'")
+        return value
+
+    def policy(self, table: str) -> TablePolicy:
+        """The policy of ``table``: its override, else the defaults."""
+        return self.tables.get(table, self.defaults)
+
+
 class LaketideConfig(_Strict):
     home: Path
     catalog: CatalogConfig
     spark: SparkConfig
     close: CloseConfig
     streams: list[StreamConfig]
+    maintenance: MaintenanceConfig = MaintenanceConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> LaketideConfig:
-        problems = _shared_keys(self) + _overlapping_paths(self)
+        problems = _shared_keys(self) + _overlapping_paths(self) + _maintained(self)
         if problems:
             # each problem starts with the key it is about: the message lists them all
             raise ValueError("\n".join(problems))
@@ -335,6 +456,37 @@ class LaketideConfig(_Strict):
             if stream.name == name:
                 return stream
         raise ConfigError(f"unknown stream {name!r}: configured streams are {[s.name for s in self.streams]}")
+
+
+def maintained_tables(config: LaketideConfig) -> list[str]:
+    """Every table maintenance looks after: each stream's events and rejects, the status and the record table."""
+    tables = [t for s in config.streams for t in (s.table, s.rejects_table)]
+    return [*tables, config.close.status_table, config.maintenance.record_table]
+
+
+def _maintained(config: LaketideConfig) -> list[str]:
+    problems: list[str] = []
+    record_table = config.maintenance.record_table
+    if record_table in maintained_tables(config)[:-1]:
+        problems.append(f"maintenance.record_table: {record_table!r} is already a stream's or the status table; "
+                        "use a table of its own (default laketide.maintenance_log)")
+    known = maintained_tables(config)
+    for name in config.maintenance.tables:
+        if name not in known:
+            problems.append(f"maintenance.tables: {name!r} is not a maintained table; use one of {known}")
+    for stream in config.streams:
+        # the partition check counts an hour's rows from the writer's snapshot summaries: an hour must be closed
+        # before expiry removes the commits that added its rows
+        need = config.close.sensor_timeout + stream.allowed_lateness + timedelta(hours=1)
+        retention = config.maintenance.policy(stream.table).snapshot_retention
+        if retention < need:
+            key = "tables" if stream.table in config.maintenance.tables else "defaults"
+            problems.append(
+                f"maintenance.{key}.snapshot_retention: {_secs(retention)} for {stream.table} is shorter than an hour "
+                f"of stream {stream.name!r} may wait to close ({_secs(need)}: 1 hour + allowed_lateness + "
+                "close.sensor_timeout); the partition check reads the rows of an hour from the writer's snapshots, "
+                "which expiry would remove first. Keep 1d (the default) or more")
+    return problems
 
 
 def _key(stream: StreamConfig, field: str) -> str:

@@ -285,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(format_table(records)))
             else:
                 print("  no status recorded yet")
+        if not args.stream and not args.all:  # the overview: add each table's health
+            from laketide.maintain.health import format_health, health
+
+            tables = health(config)
+            if tables:
+                print(f"table health (last maintenance: {config.maintenance.record_table})")
+                print("\n".join(format_health(tables)))
     except LaketideError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

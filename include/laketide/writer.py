@@ -26,6 +26,7 @@ from laketide.errors import WriterFencedError
 from laketide.internals import SqlitePool, reopen_sqlite_connections
 from laketide.landing import DATA_SUFFIX, EPOCH, data_dir, from_epoch_hours, partition_key
 from laketide.lease import WriterLease, engine_for
+from laketide.maintain.plan import COMMIT_RETRY_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -42,6 +43,8 @@ EVENTS_PROPERTIES = {
     "write.spark.fanout.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
+    # how maintenance commits (compaction, manifests, expiry) retry against this writer (see that constant)
+    **COMMIT_RETRY_PROPERTIES,
 }
 REJECTS_COLUMNS = (
     "raw string, reason string, source_file string, event_hour timestamp, "

@@ -1,0 +1,117 @@
+"""
+### laketide maintain: table maintenance out of the write path
+
+One Spark application (`spark_jobs/maintain.py`) serves every maintained table in one session: each stream's
+events and rejects tables, the status table and the maintenance record. Per table the actions run one after
+the other under a per-table lease (two DAGs never maintain one table at once: the second skips it and says
+so), each recorded in the maintenance record (`make status` shows the age of the last one).
+
+* **laketide_maintain_after_close**: runs when hours close (the closed-partition Assets; several closes
+  are batched into one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
+* **laketide_maintain_daily**: `expire_snapshots` (every writer's newest marker is kept) and
+  `remove_orphan_files` (files older than `orphan_age`, never less than a day).
+* **laketide_maintain**: manual, with a form: table (`all` or one), actions (`default` = each table's
+  policy), dry run (plan and count, change nothing). The params are checked before anything runs.
+
+Policies: the `maintenance` section of the configuration. Guide: docs/operations.md (Table maintenance).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, CronTriggerTimetable, Param, task
+
+from laketide.airflow.operators import LaketideSparkSubmitOperator
+from laketide.assets import closed_partitions_asset
+from laketide.config import MAINTENANCE_ACTIONS, get_config, maintained_tables
+
+_config = get_config()
+_DEFAULT_ARGS = {"owner": "laketide", "retries": 1, "retry_delay": timedelta(minutes=10)}
+_TAGS = ["laketide", "maintain"]
+
+
+def _submit(actions: str, table: str = "all", dry_run: str = "false") -> LaketideSparkSubmitOperator:
+    return LaketideSparkSubmitOperator(
+        task_id="maintain",
+        job="maintain.py",
+        job_args=["--table", table, "--actions", actions, "--dry-run", dry_run, "--run-id", "{{ run_id }}"],
+        name="laketide-maintain",
+    )
+
+
+with DAG(
+    dag_id="laketide_maintain",
+    description="Manual table maintenance: choose the table, the actions, dry run",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=_TAGS,
+    default_args=_DEFAULT_ARGS,
+    params={
+        "table": Param("all", type="string", enum=["all", *maintained_tables(_config)], title="Table",
+                       description="'all' or one maintained table"),
+        "actions": Param(["default"], type="array", minItems=1, uniqueItems=True,
+                         items={"type": "string", "enum": ["default", *MAINTENANCE_ACTIONS]}, title="Actions",
+                         description="'default' (each table's policy) or the actions to run, in any order"),
+        "dry_run": Param(False, type="boolean", title="Dry run", description="plan and count, change nothing"),
+    },
+) as manual:
+
+    @task
+    def validate(**context: Any) -> dict[str, str]:
+        """Check the params against the configuration before anything runs (a bad request is not retried)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from laketide.maintain.plan import MaintenanceRequestError, validate_request
+
+        params = context["params"]
+        try:
+            request = validate_request(get_config(), params["table"], params["actions"], params["dry_run"])
+        except MaintenanceRequestError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        return {"table": ",".join(request.tables),
+                "actions": ",".join(request.actions) if request.actions is not None else "default",
+                "dry_run": "true" if request.dry_run else "false"}
+
+    checked = validate()
+    checked >> _submit(
+        "{{ ti.xcom_pull(task_ids='validate')['actions'] }}",
+        "{{ ti.xcom_pull(task_ids='validate')['table'] }}",
+        "{{ ti.xcom_pull(task_ids='validate')['dry_run'] }}",
+    )
+
+with DAG(
+    dag_id="laketide_maintain_daily",
+    description="Daily expire_snapshots and remove_orphan_files on every maintained table",
+    doc_md=__doc__,
+    schedule=CronTriggerTimetable(_config.maintenance.daily_schedule, timezone="UTC"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=_TAGS,
+    default_args=_DEFAULT_ARGS,
+) as daily:
+    _submit("expire_snapshots,remove_orphan_files")
+
+_assets = [closed_partitions_asset(_config, s) for s in _config.streams]
+with DAG(
+    dag_id="laketide_maintain_after_close",
+    description="Compaction of closed hours and manifest rewrite, after partitions close",
+    doc_md=__doc__,
+    schedule=functools.reduce(operator.or_, _assets) if _assets else None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=_TAGS,
+    default_args=_DEFAULT_ARGS,
+) as after_close:
+    _submit("rewrite_data_files,rewrite_manifests")
+
+if __name__ == "__main__":
+    manual.test()

@@ -1,0 +1,184 @@
+"""Table metadata figures, read with pyiceberg (no Spark): before/after figures of each maintenance action and
+the health summary ``make status`` shows per table (small-file ratio, files per closed hour, manifests,
+snapshots, metadata size, age of the last maintenance)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from laketide.catalog import load_catalog
+from laketide.config import LaketideConfig
+from laketide.landing import from_epoch_hours
+from laketide.snapshots import Snap
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+#: a data file smaller than this share of the target size is "small" (Iceberg binpack's min-file-size default)
+SMALL_FILE_SHARE = 0.75
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A table's current figures from its metadata."""
+
+    files: int
+    bytes: int
+    records: int
+    manifests: int
+    snapshots: int
+    metadata_bytes: int
+    snapshot_ids: frozenset[int]
+
+
+def _total(table: Table, key: str) -> int | None:
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    value = snapshot.summary.additional_properties.get(key)
+    return None if value is None else int(value)
+
+
+def table_stats(table: Table) -> TableStats:
+    """Files, bytes and records (the current snapshot's totals), manifests of the current snapshot, snapshots
+    kept and the metadata file's size."""
+    snapshot = table.current_snapshot()
+    manifests = 0 if snapshot is None else len(snapshot.manifests(table.io))
+    files, size, records = (_total(table, k) for k in ("total-data-files", "total-files-size", "total-records"))
+    if files is None or size is None or records is None:  # a writer that keeps no totals: count the manifests
+        data = table.inspect.data_files().select(["file_size_in_bytes", "record_count"]).to_pylist()
+        files, size = len(data), sum(d["file_size_in_bytes"] for d in data)
+        records = sum(d["record_count"] for d in data)
+    return TableStats(files, size, records, manifests, len(table.metadata.snapshots),
+                      len(table.io.new_input(table.metadata_location)),
+                      frozenset(s.snapshot_id for s in table.metadata.snapshots))
+
+
+def snaps(table: Table) -> list[Snap]:
+    """Every snapshot of ``table`` as a :class:`Snap` (summary properties included)."""
+    out = []
+    for s in table.metadata.snapshots:
+        summary = dict(s.summary.additional_properties) if s.summary is not None else {}
+        out.append(Snap(s.snapshot_id, s.parent_snapshot_id, s.sequence_number or 0, s.timestamp_ms, summary))
+    return out
+
+
+def hourly_files(table: Table) -> dict[datetime, list[int]]:
+    """Sizes of the data files of each hourly partition (the table's first partition field is the hour)."""
+    if table.current_snapshot() is None or not table.spec().fields:
+        return {}
+    out: dict[datetime, list[int]] = {}
+    for row in table.inspect.data_files().select(["partition", "file_size_in_bytes"]).to_pylist():
+        hour = next(iter((row["partition"] or {}).values()), None)
+        if isinstance(hour, int):
+            out.setdefault(from_epoch_hours(hour), []).append(int(row["file_size_in_bytes"]))
+    return out
+
+
+def file_counts(table: Table) -> dict[datetime, int]:
+    """Data files per hourly partition, from the partitions metadata table (manifests only)."""
+    if table.current_snapshot() is None or not table.spec().fields:
+        return {}
+    counts: dict[datetime, int] = {}
+    for row in table.inspect.partitions().to_pylist():
+        hour = next(iter((row["partition"] or {}).values()), None)
+        if isinstance(hour, int):
+            counts[from_epoch_hours(hour)] = int(row["file_count"])
+    return counts
+
+
+@dataclass(frozen=True)
+class Health:
+    """The health summary of one table."""
+
+    table: str
+    files: int
+    small_files: int
+    manifests: int
+    snapshots: int
+    metadata_bytes: int
+    closed_hours: int
+    max_files_per_closed_hour: int
+    last_maintenance: datetime | None
+
+    @property
+    def small_file_ratio(self) -> float:
+        return self.small_files / self.files if self.files else 0.0
+
+
+def table_health(table: Table, name: str, target_size: int, closed: list[datetime],
+                 last: datetime | None) -> Health:
+    stats = table_stats(table)
+    by_hour = hourly_files(table)
+    if by_hour:
+        sizes = [s for v in by_hour.values() for s in v]
+    else:
+        sizes = [int(d) for d in table.inspect.data_files().column("file_size_in_bytes").to_pylist()] \
+            if table.current_snapshot() is not None else []
+    small = sum(1 for s in sizes if s < SMALL_FILE_SHARE * target_size)
+    per_closed = [len(by_hour.get(h, [])) for h in closed]
+    return Health(name, stats.files, small, stats.manifests, stats.snapshots, stats.metadata_bytes,
+                  len(closed), max(per_closed, default=0), last)
+
+
+def health(config: LaketideConfig) -> list[Health]:
+    """The health of every maintained table that exists."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    from laketide.maintain.plan import closed_hours, targets
+    from laketide.maintain.record import history, last_maintenance
+    from laketide.status import latest
+
+    catalog = load_catalog(config.catalog)
+    last = last_maintenance(history(config))
+    closed_by_stream: dict[str, list[datetime]] = {}
+    out: list[Health] = []
+    for target in targets(config):
+        try:
+            table = catalog.load_table(target.table)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            continue
+        closed: list[datetime] = []
+        if target.stream is not None:
+            name = target.stream.name
+            if name not in closed_by_stream:
+                closed_by_stream[name] = closed_hours(latest(config, name))
+            closed = closed_by_stream[name]
+        policy = config.maintenance.policy(target.table)
+        out.append(table_health(table, target.table, policy.target_file_size, closed, last.get(target.table)))
+    return out
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{n}B"
+
+
+def _age(now: datetime, when: datetime | None) -> str:
+    if when is None:
+        return "never"
+    seconds = int((now - when).total_seconds())
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h ago"
+    return f"{seconds / 86400:.1f}d ago"
+
+
+def format_health(items: list[Health], now: datetime | None = None) -> list[str]:
+    """A fixed-width table of :class:`Health` rows."""
+    now = now or datetime.now(UTC)
+    lines = [f"  {'table':<28} {'files':>7} {'small':>6} {'closed h':>8} {'max/closed h':>12} {'manifests':>9} "
+             f"{'snapshots':>9} {'metadata':>9}  last maintenance"]
+    for h in items:
+        lines.append(
+            f"  {h.table:<28} {h.files:>7} {h.small_file_ratio:>6.0%} {h.closed_hours:>8} "
+            f"{h.max_files_per_closed_hour:>12} {h.manifests:>9} {h.snapshots:>9} {_size(h.metadata_bytes):>9}  "
+            f"{_age(now, h.last_maintenance)}")
+    return lines

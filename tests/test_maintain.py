@@ -1,0 +1,474 @@
+"""Table maintenance against real tables: the real writer process ingests, maintenance runs Iceberg's Spark
+procedures in this process (one Spark session for the module; each test has its own catalog name, so its
+own throwaway SQLite catalog).
+
+* compaction rewrites closed hours only and changes no count;
+* expiry keeps the writer's newest marker: a writer killed after expiry restarts without duplicates;
+* orphan removal removes the files of a killed batch attempt and no live file; a dry run changes nothing;
+* the writer ingests continuously while compaction, manifest rewrite and expiry run again and again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from laketide.catalog import load_catalog
+from laketide.commits import table_marker
+from laketide.config import ConfigError, LaketideConfig
+from laketide.landing import parse_partition, publish
+from laketide.maintain import plan
+from laketide.maintain.health import file_counts, format_health, health
+from laketide.maintain.job import Maintainer
+from laketide.maintain.record import MaintenanceRecord, history
+from laketide.partitions import State
+from laketide.producer import make_event
+from laketide.status import StatusRecord, record
+from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
+from tests.test_writer import START, assert_exactly_once
+
+pytestmark = pytest.mark.slow
+
+EVENTS, REJECTS = "lake.clicks", "lake.clicks_rejects"
+
+
+def with_catalog(config_path: Path, **maintenance: Any) -> Path:
+    """Give the configuration a catalog name of its own (the module's Spark session serves every test) and a
+    maintenance section."""
+    raw = yaml.safe_load(config_path.read_text())
+    raw["catalog"]["name"] = f"m{uuid.uuid4().hex[:8]}"
+    if maintenance:
+        raw["maintenance"] = maintenance
+    config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return config_path
+
+
+@pytest.fixture(scope="module")
+def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tests.helpers import write_config
+
+    home = tmp_path_factory.mktemp("maintain-spark")
+    from laketide.spark import build_session
+
+    session = build_session(load(with_catalog(write_config(home))), "laketide-maintain-tests", master="local[2]")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+
+
+def close_hours(config: LaketideConfig, *hours: datetime) -> None:
+    record(config, *(StatusRecord("clicks", h, State.CLOSED, run_id="test") for h in hours))
+
+
+def maintain(config: LaketideConfig, spark: Any, tables: str, actions: str, dry_run: bool = False,
+             now: datetime | None = None) -> list[MaintenanceRecord]:
+    from laketide.spark import spark_conf
+
+    for key, value in spark_conf(config).items():  # this test's catalog, in the module's session
+        if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
+            spark.conf.set(key, value)
+    request = plan.validate_request(config, tables, actions, dry_run)
+    clock = (lambda: now) if now is not None else (lambda: datetime.now(UTC))
+    return Maintainer(config, spark, f"test-{uuid.uuid4().hex[:6]}", now=clock).run(request)
+
+
+def data_files_on_disk(config: LaketideConfig, table: str) -> set[str]:
+    location = load_catalog(config.catalog).load_table(table).metadata.location
+    return {str(p) for p in Path(urlparse(location).path, "data").rglob("*.parquet")}
+
+
+def referenced(config: LaketideConfig, table: str) -> set[str]:
+    """Data files any snapshot of ``table`` still references."""
+    tbl = load_catalog(config.catalog).load_table(table)
+    paths: set[str] = set()
+    for snapshot in tbl.metadata.snapshots:
+        for manifest in snapshot.manifests(tbl.io):
+            for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+                paths.add(urlparse(entry.data_file.file_path).path)
+    return paths
+
+
+def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> None:
+    from tests.helpers import write_config
+    from tests.test_writer import produce
+
+    config_path = with_catalog(write_config(tmp_path, max_files_per_trigger=2),
+                               defaults={"min_snapshots": 1, "snapshot_retention": "8h", "orphan_age": "1d"})
+    produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "500", "--events-per-file", "100",
+            "--malformed-ratio", "0.03", "--late-ratio", "0.05", "--late-by", "40m", "--seed", "11")
+    assert run_writer(config_path) == 0, writer_log(config_path)
+    config = load(config_path)
+    catalog = load_catalog(config.catalog)
+    lake = assert_exactly_once(config_path)
+    start = parse_partition(START)
+    closed = [start, start + timedelta(hours=1)]
+    before = file_counts(catalog.load_table(EVENTS))
+    assert all(before[h] >= 2 for h in closed), before
+    close_hours(config, *closed)
+
+    # dry run: planned, nothing changed
+    location = catalog.load_table(EVENTS).metadata_location
+    dry = maintain(config, spark, "all", "rewrite_data_files,rewrite_manifests,expire_snapshots", dry_run=True)
+    assert {r.outcome for r in dry} <= {"dry_run", "skipped"}
+    assert catalog.load_table(EVENTS).metadata_location == location
+
+    # one maintenance run per table: a table another run holds is skipped, and said so
+    from laketide.lease import WriterLease, engine_for
+    from laketide.maintain.job import LEASE_PREFIX
+    from laketide.maintain.record import BUSY
+
+    other = WriterLease(engine_for(config.catalog), LEASE_PREFIX + EVENTS, timedelta(hours=1), "maintenance")
+    other.acquire()
+    (busy,) = maintain(config, spark, EVENTS, "rewrite_data_files")
+    other.release()
+    assert busy.outcome == "skipped" and (busy.detail or "").startswith(BUSY), busy
+    assert catalog.load_table(EVENTS).metadata_location == location
+
+    # compaction of the closed hours only, then manifests: counts unchanged
+    done = maintain(config, spark, f"{EVENTS},{REJECTS}", "rewrite_data_files,rewrite_manifests")
+    by = {(r.table_name, r.action): r for r in done}
+    assert by[(EVENTS, "rewrite_data_files")].outcome == "ok", by
+    assert json.loads(by[(EVENTS, "rewrite_data_files")].partitions or "[]") == [h.isoformat() for h in closed]
+    after = file_counts(catalog.load_table(EVENTS))
+    assert all(after[h] <= 2 for h in closed), after
+    assert {h: n for h, n in after.items() if h not in closed} == {h: n for h, n in before.items() if h not in closed}
+    assert by[(EVENTS, "rewrite_manifests")].manifests_after < by[(EVENTS, "rewrite_manifests")].manifests_before
+    assert assert_exactly_once(config_path) == lake
+    # a second run finds nothing to compact
+    again = maintain(config, spark, EVENTS, "rewrite_data_files")
+    assert [r.outcome for r in again] == ["skipped"]
+
+    # expiry with a clock a week ahead: everything is past retention, yet each writer's newest marker stays
+    stream = config.stream("clicks")
+    markers = {t: table_marker(catalog, t, stream.writer_id) for t in (EVENTS, REJECTS)}
+    expired = maintain(config, spark, f"{EVENTS},{REJECTS}", "expire_snapshots",
+                       now=datetime.now(UTC) + timedelta(days=7))
+    for rec in expired:
+        assert rec.outcome == "ok" and (rec.snapshots_expired or 0) > 0, rec
+        assert (rec.snapshots_after or 0) < (rec.snapshots_before or 0)
+    for table, marker in markers.items():
+        assert marker is not None
+        assert table_marker(catalog, table, stream.writer_id) == marker, table
+    # plain Iceberg arguments (retain 1, everything older than now) would have removed it: the plan is needed
+    events = catalog.load_table(EVENTS)
+    assert events.metadata.current_snapshot_id != markers[EVENTS].snapshot_id  # type: ignore[union-attr]
+
+    # more files land; the writer is killed after writing a batch's files, before its commit; it restarts
+    produce(config_path, "--start", "2026-11-22T02:00:00+00:00", "--hours", "1", "--events-per-hour", "600",
+            "--events-per-file", "200", "--seed", "12")
+    on_disk = data_files_on_disk(config, EVENTS)
+    batch = (markers[EVENTS].batch_id or 0) + 1  # type: ignore[union-attr]
+    faults = tmp_path / "faults"
+    proc = start_writer(config_path, LAKETIDE_FAULT=f"before_commit:{batch}", LAKETIDE_FAULT_DIR=str(faults))
+    wait_for(faults / f"before_commit-{batch}.reached", proc)
+    kill_group(proc)
+    killed = data_files_on_disk(config, EVENTS) - on_disk
+    assert killed, "the killed attempt left no data file"
+    assert run_writer(config_path) == 0, writer_log(config_path)
+    lake = assert_exactly_once(config_path)  # the marker survived expiry: no duplicate, nothing lost
+    assert "2026-11-22T02:00:00+00:00" in lake
+
+    # orphans: an unsafe age is refused; a dry run finds the killed attempt's files and deletes nothing
+    unsafe = tmp_path / "unsafe.yaml"
+    unsafe.write_text(config_path.read_text())
+    with pytest.raises(ConfigError, match=r"orphan_age: 3600s is below the safe floor of 1 day"):
+        load(with_catalog(unsafe, defaults={"orphan_age": "1h"}))
+    live = referenced(config, EVENTS)
+    assert not killed & live
+    # every file of the table is made two days old: each one is old enough to be a candidate, so only the
+    # metadata tells the killed attempt's files from live ones
+    location = Path(urlparse(catalog.load_table(EVENTS).metadata.location).path)
+    old = time.time() - 2 * 86400
+    for path in location.rglob("*"):
+        os.utime(path, (old, old))
+    (dry_run,) = maintain(config, spark, EVENTS, "remove_orphan_files", dry_run=True)
+    assert dry_run.outcome == "dry_run" and (dry_run.orphans_found or 0) >= len(killed), dry_run
+    assert dry_run.orphans_removed == 0
+    assert killed <= data_files_on_disk(config, EVENTS)
+    (removed,) = maintain(config, spark, EVENTS, "remove_orphan_files")
+    assert removed.outcome == "ok" and removed.orphans_removed == dry_run.orphans_found, removed
+    remaining = data_files_on_disk(config, EVENTS)
+    assert not killed & remaining
+    assert live <= remaining  # never a live file
+    assert assert_exactly_once(config_path) == lake
+
+    # every action is recorded; the health summary reads the tables
+    recorded = history(config)
+    assert {r.action for r in recorded} >= set(plan.MAINTENANCE_ACTIONS)
+    summary = {h.table: h for h in health(config)}
+    assert summary[EVENTS].last_maintenance is not None and summary[EVENTS].max_files_per_closed_hour <= 2
+    assert len(format_health(list(summary.values()))) == len(summary) + 1
+
+
+def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_path: Path) -> None:
+    """The real writer (trigger 1s) ingests files landing every second while compaction, manifest rewrite and
+    expiry run again and again on both of its tables: every hour reconciles, no writer commit fails."""
+    from laketide import failures
+    from laketide.reconcile import reconcile
+    from tests.helpers import write_config
+    from tests.test_writer import produce
+
+    config_path = with_catalog(write_config(tmp_path, trigger_interval="1s", max_files_per_trigger=2),
+                               defaults={"min_snapshots": 1, "snapshot_retention": "8h"})
+    config = load(config_path)
+    stream = config.stream("clicks")
+    catalog = load_catalog(config.catalog)
+    start = parse_partition(START)
+    closed = [start, start + timedelta(hours=1)]
+    produce(config_path, "--start", START, "--hours", "2", "--events-per-hour", "600", "--events-per-file", "60",
+            "--malformed-ratio", "0.03", "--seed", "21")
+    proc = start_writer(config_path, mode="continuous")
+    stop = threading.Event()
+
+    def land() -> None:  # the open hours keep receiving files
+        rng, seq = random.Random(7), 0
+        while not stop.is_set():
+            hour = start + timedelta(hours=2 + seq % 2)
+            lines = [json.dumps(make_event(stream, rng, hour.replace(minute=i % 60))) for i in range(50)]
+            publish(stream.landing_path, [*lines, "{not json"], hour.isoformat(), "live", 5000 + seq, "clicks")
+            seq += 1
+            time.sleep(1)
+
+    lander = threading.Thread(target=land, daemon=True)
+    lander.start()
+    try:
+        while not _exists(config, EVENTS) or table_marker(catalog, EVENTS, stream.writer_id) is None:
+            assert proc.poll() is None, writer_log(config_path)
+            time.sleep(1)
+        close_hours(config, *closed)
+        records: list[MaintenanceRecord] = []
+        most = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            most = max(most, *(file_counts(catalog.load_table(EVENTS)).get(h, 0) for h in closed))
+            records += maintain(config, spark, f"{EVENTS},{REJECTS}",
+                                "rewrite_data_files,rewrite_manifests,expire_snapshots",
+                                now=datetime.now(UTC) + timedelta(hours=9))
+            assert proc.poll() is None, writer_log(config_path)
+    finally:
+        stop.set()
+        lander.join(timeout=10)
+    deadline = time.monotonic() + 120
+    while reconcile(config, stream).pending_files and time.monotonic() < deadline:
+        assert proc.poll() is None, writer_log(config_path)
+        time.sleep(2)
+    (stream.checkpoint_path.parent / "clicks.stop").touch()
+    assert proc.wait(timeout=120) == 0, writer_log(config_path)
+    log = writer_log(config_path)
+    assert "Traceback" not in log and "fenced" not in log.lower(), log[-3000:]
+    assert failures.read(stream) is None
+    assert_exactly_once(config_path)
+
+    outcomes = [(r.table_name, r.action, r.outcome) for r in records]
+    assert all(o in ("ok", "skipped", "gave_up") for _, _, o in outcomes), [r.line() for r in records]
+    rounds = sum(1 for t, a, _ in outcomes if (t, a) == (EVENTS, "rewrite_data_files"))
+    assert rounds >= 2, outcomes
+    assert any(r.action == "rewrite_data_files" and r.outcome == "ok" for r in records)
+    assert any(r.action == "expire_snapshots" and (r.snapshots_expired or 0) > 0 for r in records)
+    final = maintain(config, spark, EVENTS, "rewrite_data_files")
+    assert final[0].outcome in ("ok", "skipped"), final[0].line()
+    now = file_counts(catalog.load_table(EVENTS))
+    assert all(now.get(h, 0) <= 2 for h in closed) and most > 2, (most, now)
+    assert table_marker(catalog, EVENTS, stream.writer_id) is not None
+    print(f"{rounds} maintenance rounds; most files in a closed hour {most}, now {[now.get(h) for h in closed]}; "
+          f"gave up {sum(1 for *_, o in outcomes if o == 'gave_up')} times")
+
+
+def _exists(config: LaketideConfig, table: str) -> bool:
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        load_catalog(config.catalog).load_table(table)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return False
+    return True
+
+
+def test_retention_shorter_than_a_close_is_refused(tmp_path: Path) -> None:
+    from tests.helpers import write_config
+
+    path = with_catalog(write_config(tmp_path), tables={EVENTS: {"snapshot_retention": "2h"}})
+    with pytest.raises(ConfigError, match=r"tables\.snapshot_retention: 7200s for lake\.clicks is shorter"):
+        load(path)
+
+
+def test_unsafe_orphan_age_is_refused_at_run_time() -> None:
+    from laketide.config import TablePolicy
+
+    with pytest.raises(plan.UnsafeOrphanAgeError, match="below the safe floor"):
+        plan.check_orphan_age(timedelta(hours=2))
+    assert plan.check_orphan_age(timedelta(days=3)) == timedelta(days=3)
+    with pytest.raises(ValueError, match="below the safe floor"):
+        TablePolicy(orphan_age=timedelta(hours=23))
+
+
+@pytest.fixture()
+def dagbag(airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from tests.helpers import write_config
+
+    config_path = write_config(tmp_path)
+    monkeypatch.setenv("LAKETIDE_CONFIG", str(config_path))
+    from airflow.dag_processing.dagbag import DagBag
+
+    from laketide.config import REPO_ROOT
+
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
+    assert bag.import_errors == {}
+    bag.config_path = config_path
+    return bag
+
+
+def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    manual = dagbag.dags["laketide_maintain"]
+    assert manual.max_active_runs == 1
+    assert manual.params["table"] == "all" and manual.params["dry_run"] is False
+    after_close = dagbag.dags["laketide_maintain_after_close"]
+    assert "iceberg://laketide/lake/clicks" in str(after_close.timetable.asset_condition)
+    assert after_close.get_task("maintain").job_args[3] == "rewrite_data_files,rewrite_manifests"
+    assert dagbag.dags["laketide_maintain_daily"].get_task("maintain").job_args[3] == \
+        "expire_snapshots,remove_orphan_files"
+
+    config_path = dagbag.config_path
+    # the schema refuses an unknown table or action before the run starts
+    with pytest.raises(ParamValidationError, match=r"'lake\.nope' is not one of"):
+        manual.test(run_conf={"table": "lake.nope"})
+    with pytest.raises(ParamValidationError, match="'compact_everything' is not one of"):
+        manual.test(run_conf={"actions": ["compact_everything"]})
+    # what the schema cannot say, the validation task refuses: Spark is never started
+    run = manual.test(run_conf={"actions": ["default", "expire_snapshots"]})
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states == {"validate": "failed", "maintain": "upstream_failed"}
+    assert not (config_path.parent / "catalog.db").exists()
+
+
+def test_manual_dag_submits_the_maintenance_job(dagbag: Any) -> None:
+    """The whole wiring: validate -> spark-submit of spark_jobs/maintain.py -> records. A dry run on a lake whose
+    stream has not written yet: only the record table exists (the job creates it), nothing else is touched."""
+    run = dagbag.dags["laketide_maintain"].test(
+        run_conf={"table": "all", "actions": ["rewrite_manifests", "expire_snapshots"], "dry_run": True})
+    assert run.state == "success"
+    config = load(dagbag.config_path)
+    recorded = history(config)
+    assert recorded and {r.table_name for r in recorded} == {"laketide.maintenance_log"}
+    assert {r.outcome for r in recorded} <= {"dry_run", "skipped"} and all(r.dry_run for r in recorded)
+    assert {r.run_id for r in recorded} == {run.run_id}
+    assert not _exists(config, EVENTS)
+
+
+def test_validate_request(tmp_path: Path) -> None:
+    from tests.helpers import write_config
+
+    config = load(write_config(tmp_path))
+    request = plan.validate_request(config, "all", "default", False)
+    assert request.tables == (EVENTS, REJECTS, "laketide.partition_status", "laketide.maintenance_log")
+    assert request.actions is None
+    request = plan.validate_request(config, EVENTS, ["expire_snapshots", "rewrite_data_files"], True)
+    assert request.actions == ("rewrite_data_files", "expire_snapshots") and request.dry_run
+    for table, actions, message in [("lake.nope", "default", "not maintained"),
+                                    ("all,lake.clicks", "default", "cannot be combined"),
+                                    ("all", "vacuum", "not known"), ("all", [], "not known")]:
+        with pytest.raises(plan.MaintenanceRequestError, match=message):
+            plan.validate_request(config, table, actions)
+
+
+def _snap(sid: int, parent: int | None, minute: int, writer: str | None = None) -> Any:
+    from laketide.commits import BATCH_ID, WRITER_ID
+    from laketide.snapshots import Snap
+
+    summary = {WRITER_ID: writer, BATCH_ID: str(sid)} if writer else {"operation": "replace"}
+    return Snap(sid, parent, sid, int(datetime(2026, 11, 22, 0, minute, tzinfo=UTC).timestamp() * 1000), summary)
+
+
+def test_expiry_plan_keeps_each_writers_newest_marker() -> None:
+    # 1..5 writer commits, 6..9 compactions and manifest rewrites after the writer went idle; 10 a dangling one
+    snaps = [_snap(i, i - 1 if i > 1 else None, i, "w") for i in range(1, 6)]
+    snaps += [_snap(i, i - 1, i) for i in range(6, 10)] + [_snap(10, 3, 4)]
+    now = datetime(2026, 11, 23, tzinfo=UTC)
+    expiry = plan.plan_expiry(snaps, 9, now, timedelta(hours=1), min_snapshots=1)
+    assert expiry.protected == {"w": 5}
+    assert expiry.retain_last == 5  # 9, 8, 7, 6 and the marker 5
+    assert expiry.older_than_ms == snaps[4].timestamp_ms
+    assert expiry.expired == [1, 2, 3, 4, 10]
+    # a recent table: the retention decides, nothing newer than it goes
+    young = plan.plan_expiry(snaps, 9, datetime(2026, 11, 22, 0, 7, tzinfo=UTC), timedelta(minutes=4), 1)
+    assert young.expired == [1, 2] and young.protected == {"w": 5}
+    assert plan.plan_expiry([], None, now, timedelta(hours=1), 1).expired == []
+
+
+def test_compaction_plan() -> None:
+    h = [datetime(2026, 11, 22, i, tzinfo=UTC) for i in range(6)]
+    assert plan.hours_to_compact([h[0], h[1], h[3]], {h[0]: 5, h[1]: 1, h[2]: 9, h[3]: 2}, 2) == [h[0], h[3]]
+    assert plan.hour_ranges([h[3], h[0], h[1]]) == [(h[0], h[2]), (h[3], h[4])]
+    assert plan.compaction_filter("event_time", [h[0], h[1]]) == (
+        "(`event_time` >= TIMESTAMP '2026-11-22 00:00:00.000' AND `event_time` < TIMESTAMP '2026-11-22 02:00:00.000')")
+    statuses = {h[0]: StatusRecord("clicks", h[0], State.CLOSED), h[1]: StatusRecord("clicks", h[1], State.REOPENED)}
+    assert plan.closed_hours(statuses) == [h[0]]
+
+
+class _JavaError(Exception):
+    """An exception carrying a (fake) Java cause chain, as py4j hands them over."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        outer = self
+
+        class _Class:
+            def getName(self) -> str:
+                return name
+
+        class _Throwable:
+            def getClass(self) -> _Class:
+                return _Class()
+
+            def getMessage(self) -> str:
+                return str(outer)
+
+            def getCause(self) -> None:
+                return None
+
+        self.java_exception = _Throwable()
+
+
+def test_a_compaction_that_keeps_losing_gives_up_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laketide.maintain import job
+    from tests.helpers import write_config
+
+    config = load(write_config(tmp_path))
+    kept: list[MaintenanceRecord] = []
+    monkeypatch.setattr(job, "reopen_sqlite_connections", lambda spark, catalog: 0)
+    monkeypatch.setattr(job, "record", lambda config, *records: kept.extend(records))
+    maintainer = Maintainer.__new__(Maintainer)
+    maintainer.config, maintainer.spark, maintainer.run_id, maintainer.cat = config, None, "r", "laketide"
+    maintainer.now = lambda: datetime.now(UTC)
+
+    def lost(*_: Any) -> None:
+        raise _JavaError("org.apache.iceberg.exceptions.CommitFailedException",
+                         "Cannot commit lake.clicks: metadata location has changed")
+
+    def broken(*_: Any) -> None:
+        raise ValueError("something else")
+
+    target = plan.targets(config)[0]
+    policy = config.maintenance.policy(target.table)
+    monkeypatch.setattr(maintainer, "rewrite_data_files", lost, raising=False)
+    rec = maintainer.action(target, "rewrite_data_files", policy, dry_run=False)
+    assert rec.outcome == "gave_up" and "lost to concurrent commits (the writer's commits win)" in (rec.error or "")
+    assert "CommitFailedException: Cannot commit lake.clicks" in (rec.error or "")
+    monkeypatch.setattr(maintainer, "rewrite_manifests", broken, raising=False)
+    rec = maintainer.action(target, "rewrite_manifests", policy, dry_run=False)
+    assert rec.outcome == "failed" and rec.error == "ValueError: something else"
+    assert [r.outcome for r in kept] == ["gave_up", "failed"]
