@@ -31,6 +31,7 @@ from typing import Any
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task, task_group
 
 from laketide.airflow.callbacks import alert
+from laketide.airflow.hooks import airflow_config
 from laketide.airflow.sensors import PartitionCompletionSensor
 from laketide.assets import closed_partitions_asset
 from laketide.config import get_config
@@ -93,7 +94,7 @@ for _stream in _config.streams:
             params = context["params"]
             try:
                 hours = close_range(params.get("start"), params.get("end"), datetime.now(UTC),
-                                    get_config().close.max_range_hours)
+                                    airflow_config().close.max_range_hours)
             except RangeError as exc:
                 raise AirflowFailException(f"close range of {stream}: {exc}") from exc
             return [partition_key(h) for h in hours or [parse_hour(context["data_interval_start"])]]
@@ -113,7 +114,7 @@ for _stream in _config.streams:
         def decide(keys: list[str], last: dict[str, Any], stream: str = _name) -> list[dict[str, Any]]:
             from laketide.closing import decide_range
 
-            config = get_config()
+            config = airflow_config()
             return decide_range(config, config.stream(stream), keys, last)
 
         @task(max_active_tis_per_dagrun=4)
@@ -121,7 +122,7 @@ for _stream in _config.streams:
             from laketide.closing import VerificationFailed, parse_hour
             from laketide.closing import verify as verify_partition
 
-            config = get_config()
+            config = airflow_config()
             try:
                 return verify_partition(config, config.stream(stream), parse_hour(decision["partition"]),
                                         context["run_id"], decision)
@@ -132,7 +133,7 @@ for _stream in _config.streams:
         def close(verified: dict[str, Any], stream: str = _name, asset: Any = _asset, **context: Any) -> None:
             from laketide.closing import close as close_partition
 
-            config = get_config()
+            config = airflow_config()
             extra = close_partition(config, config.stream(stream), verified, context["run_id"])
             context["outlet_events"][asset].extra = extra
 
@@ -140,14 +141,14 @@ for _stream in _config.streams:
         def find_reopened(stream: str = _name, **context: Any) -> list[str]:
             from laketide.closing import find_reopened as find
 
-            config = get_config()
+            config = airflow_config()
             return find(config, config.stream(stream), context["run_id"])
 
         @task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> None:
             from laketide.closing import VerificationFailed, close, parse_hour, verify
 
-            config = get_config()
+            config = airflow_config()
             cfg = config.stream(stream)
             try:
                 verified = verify(config, cfg, parse_hour(partition), context["run_id"])

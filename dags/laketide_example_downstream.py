@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
+from laketide.airflow.hooks import airflow_config
 from laketide.assets import closed_partitions_asset
 from laketide.config import get_config
 
@@ -37,7 +38,7 @@ with DAG(
         out = []
         for events in context["triggering_asset_events"].values():
             for event in events:
-                out.append(hourly_summary(get_config(), event.extra["stream"], event.extra["partition"]))
+                out.append(hourly_summary(airflow_config(), event.extra["stream"], event.extra["partition"]))
         return out
 
     summarize_closed_hours()

@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow.sdk import DAG, CronTriggerTimetable, Param, task
 
+from laketide.airflow.hooks import airflow_config
 from laketide.airflow.operators import LaketideSparkSubmitOperator
 from laketide.assets import closed_partitions_asset
 from laketide.config import MAINTENANCE_ACTIONS, get_config, maintained_tables
@@ -72,7 +73,7 @@ with DAG(
 
         params = context["params"]
         try:
-            request = validate_request(get_config(), params["table"], params["actions"], params["dry_run"])
+            request = validate_request(airflow_config(), params["table"], params["actions"], params["dry_run"])
         except MaintenanceRequestError as exc:
             raise AirflowFailException(str(exc)) from exc
         return {"table": ",".join(request.tables),

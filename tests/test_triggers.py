@@ -12,6 +12,7 @@ import pytest
 from laketide.airflow.triggers import PartitionCompletionTrigger
 from laketide.landing import partition_key
 from laketide.partitions import State
+from tests.helpers import load
 from tests.lake import Lake
 
 
@@ -36,9 +37,23 @@ def test_serialize_round_trip(lake: Lake) -> None:
     assert classpath == "laketide.airflow.triggers.PartitionCompletionTrigger"
     assert kwargs == {"config_path": str(lake.config_path), "stream": "clicks", "partition": lake.key(0),
                       "cursor": {"partition": lake.key(0), "rows": 3}, "poke_interval": 5.0,
-                      "deadline": "2026-11-22T09:00:00+00:00"}
+                      "deadline": "2026-11-22T09:00:00+00:00", "catalog": None}
     rebuilt = import_string(classpath)(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
+
+
+def test_the_trigger_reads_the_catalog_the_sensor_resolved(lake: Lake, tmp_path: Path) -> None:
+    """The sensor hands the trigger the catalog of the laketide_catalog connection: the trigger reads that one."""
+    from laketide.airflow.hooks import catalog_kwargs
+    from laketide.airflow.triggers import check
+
+    config = load(lake.config_path)
+    same = catalog_kwargs(config.catalog)
+    status, _ = check(str(lake.config_path), "clicks", lake.key(0), None, catalog=same)
+    assert status.decided
+    other = {**same, "uri": f"sqlite:///{tmp_path}/other.db"}
+    status, _ = check(str(lake.config_path), "clicks", lake.key(0), None, catalog=other)
+    assert not status.decided and "does not exist" in status.reason
 
 
 def test_run_yields_complete(lake: Lake) -> None:

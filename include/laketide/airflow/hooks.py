@@ -88,3 +88,15 @@ class LaketideCatalogHook(BaseHook):
         catalog = self.catalog_config()
         return {"LAKETIDE__CATALOG__NAME": catalog.name, "LAKETIDE__CATALOG__URI": catalog.uri,
                 "LAKETIDE__CATALOG__WAREHOUSE": catalog.warehouse}
+
+
+def catalog_kwargs(catalog: CatalogConfig) -> dict[str, str]:
+    """``catalog`` as plain strings (a trigger's serialised kwargs); ``CatalogConfig(**...)`` reads them back."""
+    return {"name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse,
+            "retry_timeout": f"{catalog.retry_timeout.total_seconds():g}s"}
+
+
+def airflow_config(path: str | None = None) -> LaketideConfig:
+    """The laketide configuration as Airflow tasks use it: the file's, with the catalog of the
+    ``laketide_catalog`` connection when there is one."""
+    return LaketideCatalogHook(config=get_config(path)).laketide_config()

@@ -41,10 +41,18 @@ class PartitionCompletionSensor(BaseSensorOperator):
 
         return str(config_path())
 
+    def _catalog(self) -> dict[str, Any]:
+        """The catalog settings in force on this worker (the ``laketide_catalog`` connection, else the YAML)."""
+        from laketide.airflow.hooks import LaketideCatalogHook, catalog_kwargs
+        from laketide.config import get_config
+
+        return catalog_kwargs(LaketideCatalogHook(config=get_config(self._config_path())).catalog_config())
+
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        status, cursor = check(self._config_path(), self.stream, self.partition, None)
+        catalog = self._catalog()
+        status, cursor = check(self._config_path(), self.stream, self.partition, None, catalog=catalog)
         if status.decided:
             return self._outcome(status.to_dict(), context)
         self.log.info("partition %s is %s: %s; deferring", self.partition, status.state, status.reason)
@@ -52,7 +60,7 @@ class PartitionCompletionSensor(BaseSensorOperator):
         self.defer(
             trigger=PartitionCompletionTrigger(
                 self._config_path(), self.stream, self.partition, cursor.to_dict(),
-                poke_interval=float(self.poke_interval), deadline=deadline.isoformat(),
+                poke_interval=float(self.poke_interval), deadline=deadline.isoformat(), catalog=catalog,
             ),
             method_name="execute_complete",
             # a backstop: the trigger itself fires a timeout event with the last reason at the deadline
@@ -60,7 +68,7 @@ class PartitionCompletionSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Any) -> PokeReturnValue:
-        status, _ = check(self._config_path(), self.stream, self.partition, None)
+        status, _ = check(self._config_path(), self.stream, self.partition, None, catalog=self._catalog())
         if status.decided:
             return PokeReturnValue(is_done=True, xcom_value=self._outcome(status.to_dict(), context))
         self.log.info("partition %s is %s: %s", self.partition, status.state, status.reason)
@@ -84,7 +92,7 @@ class PartitionCompletionSensor(BaseSensorOperator):
         return event
 
     def _record_gap(self, event: dict[str, Any], context: Any) -> None:
+        from laketide.airflow.hooks import airflow_config
         from laketide.closing import record_decision
-        from laketide.config import get_config
 
-        record_decision(get_config(self._config_path()), event, context["run_id"])
+        record_decision(airflow_config(self._config_path()), event, context["run_id"])

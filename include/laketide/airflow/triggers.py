@@ -14,13 +14,19 @@ from laketide.partitions import Cursor, PartitionStatus
 
 
 def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] | None,
-          now: datetime | None = None) -> tuple[PartitionStatus, Cursor]:
-    """One blocking status check (run in a thread by the trigger, directly by the sensor)."""
+          now: datetime | None = None, catalog: dict[str, Any] | None = None) -> tuple[PartitionStatus, Cursor]:
+    """One blocking status check (run in a thread by the trigger, directly by the sensor).
+
+    :param catalog: the catalog settings in force (``LaketideCatalogHook.catalog_config()``, resolved by the
+        sensor on the worker), or None for the configuration file's
+    """
     from laketide.closing import parse_hour
-    from laketide.config import get_config
+    from laketide.config import CatalogConfig, get_config
     from laketide.partitions import check_partition
 
     config = get_config(config_path)
+    if catalog is not None:
+        config = config.model_copy(update={"catalog": CatalogConfig.model_validate(catalog)})
     return check_partition(config, config.stream(stream), parse_hour(partition), now,
                            Cursor.from_dict(cursor) if cursor else None)
 
@@ -36,13 +42,16 @@ class PartitionCompletionTrigger(BaseTrigger):
     :param stream: stream name
     :param partition: the hour, ISO with offset (``2026-11-22T03:00:00+00:00``)
     :param cursor: where the sensor's first check stopped (``Cursor.to_dict()``)
+    :param catalog: the catalog settings (the ``laketide_catalog`` connection's, resolved by the sensor), or None
     :param poke_interval: seconds between polls
     :param deadline: ISO time after which the trigger gives up with a ``timeout`` event
     """
 
     def __init__(self, config_path: str, stream: str, partition: str, cursor: dict[str, Any] | None = None,
-                 poke_interval: float = 60.0, deadline: str | None = None) -> None:
+                 poke_interval: float = 60.0, deadline: str | None = None,
+                 catalog: dict[str, Any] | None = None) -> None:
         super().__init__()
+        self.catalog = catalog
         self.config_path = config_path
         self.stream = stream
         self.partition = partition
@@ -54,13 +63,15 @@ class PartitionCompletionTrigger(BaseTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "config_path": self.config_path, "stream": self.stream, "partition": self.partition,
             "cursor": self.cursor, "poke_interval": self.poke_interval, "deadline": self.deadline,
+            "catalog": self.catalog,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         cursor = self.cursor
         deadline = datetime.fromisoformat(self.deadline) if self.deadline else None
         while True:
-            status, seen = await asyncio.to_thread(check, self.config_path, self.stream, self.partition, cursor)
+            status, seen = await asyncio.to_thread(check, self.config_path, self.stream, self.partition, cursor,
+                                                  None, self.catalog)
             cursor = seen.to_dict()
             if status.decided:
                 yield TriggerEvent(status.to_dict())
