@@ -23,7 +23,7 @@ from laketide import commits, failures, faults, sink
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import WriterFencedError
-from laketide.internals import SqlitePool, reopen_sqlite_connections
+from laketide.internals import SqlitePool
 from laketide.landing import DATA_SUFFIX, EPOCH, data_dir, from_epoch_hours, partition_key
 from laketide.lease import WriterLease, engine_for
 from laketide.maintain.plan import COMMIT_RETRY_PROPERTIES
@@ -859,8 +859,13 @@ def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Writer
     from laketide.spark import build_session
 
     spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
-    ensure_tables(spark, config, stream)
-    reopen_sqlite_connections(spark, config.catalog.name)
+    pool = SqlitePool(spark, config.catalog.name)  # starts the catalog (which leaves a stale connection on SQLite)
+
+    def create_tables() -> None:
+        pool.reopen()
+        ensure_tables(spark, config, stream)
+
+    sink.retrying(f"creating the tables of stream {stream.name}", create_tables, config.catalog.retry_timeout)
     preflight(config, stream)
     flag = stop_file(stream)
     flag.unlink(missing_ok=True)
