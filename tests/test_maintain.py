@@ -357,14 +357,16 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
 
 def test_manual_dag_submits_the_maintenance_job(dagbag: Any) -> None:
     """The whole wiring: validate -> spark-submit of spark_jobs/maintain.py -> records. A dry run on a lake whose
-    stream has not written yet: only the record table exists (the job creates it), nothing else is touched."""
+    stream has not written yet: only the record table exists (the job creates it), nothing else is touched. The
+    catalog is named like the record table's namespace (``laketide``): the procedures get qualified names."""
     run = dagbag.dags["laketide_maintain"].test(
-        run_conf={"table": "all", "actions": ["rewrite_manifests", "expire_snapshots"], "dry_run": True})
+        run_conf={"table": "all", "actions": ["expire_snapshots", "remove_orphan_files"], "dry_run": True})
     assert run.state == "success"
     config = load(dagbag.config_path)
     recorded = history(config)
     assert recorded and {r.table_name for r in recorded} == {"laketide.maintenance_log"}
     assert {r.outcome for r in recorded} <= {"dry_run", "skipped"} and all(r.dry_run for r in recorded)
+    assert [r.orphans_found for r in recorded if r.action == "remove_orphan_files"] == [0]
     assert {r.run_id for r in recorded} == {run.run_id}
     assert not _exists(config, EVENTS)
 
