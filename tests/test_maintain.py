@@ -354,6 +354,10 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
     assert states == {"validate": "failed", "maintain": "upstream_failed"}
     assert not (config_path.parent / "catalog.db").exists()
 
+    # nothing past a threshold: the threshold run stops before Spark
+    run = dagbag.dags["laketide_maintain_thresholds"].test()
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {"due": "success", "maintain": "skipped"}
+
 
 def test_manual_dag_submits_the_maintenance_job(dagbag: Any) -> None:
     """The whole wiring: validate -> spark-submit of spark_jobs/maintain.py -> records. A dry run on a lake whose
@@ -409,6 +413,16 @@ def test_expiry_plan_keeps_each_writers_newest_marker() -> None:
     young = plan.plan_expiry(snaps, 9, datetime(2026, 11, 22, 0, 7, tzinfo=UTC), timedelta(minutes=4), 1)
     assert young.expired == [1, 2] and young.protected == {"w": 5}
     assert plan.plan_expiry([], None, now, timedelta(hours=1), 1).expired == []
+
+
+def test_threshold_actions() -> None:
+    from laketide.config import TablePolicy
+
+    policy = TablePolicy(max_manifests=10, max_snapshots=100)
+    assert plan.threshold_actions(10, 100, policy) == []
+    assert plan.threshold_actions(11, 101, policy) == ["rewrite_manifests", "expire_snapshots"]
+    only_expiry = TablePolicy(actions=["expire_snapshots"], max_manifests=10)
+    assert plan.threshold_actions(50, 6000, only_expiry) == ["expire_snapshots"]
 
 
 def test_compaction_plan() -> None:
