@@ -13,7 +13,7 @@
 Prints the figures and the before/after ratios. Targets: <= 2 data files per closed hour; the hour's count and
 the planning >= 5x faster; metadata size after expiry independent of the table's age.
 
-    .venv/bin/python bench/bench_maintain.py [--batches 1500] [--hours 6] [--rows 40] [--repeat 5]
+    .venv/bin/python bench/bench_maintain.py [--batches 1000] [--hours 6] [--rows 40] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def measure(config: Any, spark: Any, stream: Any, closed: list[datetime], repeat
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, default=1500)
+    parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=5)

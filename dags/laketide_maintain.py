@@ -10,6 +10,9 @@ so), each recorded in the maintenance record (`make status` shows the age of the
   are batched into one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
 * **laketide_maintain_daily**: `expire_snapshots` (every writer's newest marker is kept) and
   `remove_orphan_files` (files older than `orphan_age`, never less than a day).
+* **laketide_maintain_thresholds**: hourly, from metadata only: a table with more manifests than
+  `max_manifests` or more snapshots than `max_snapshots` gets `rewrite_manifests` / `expire_snapshots` at
+  once (nothing due: the run stops before Spark).
 * **laketide_maintain**: manual, with a form: table (`all` or one), actions (`default` = each table's
   policy), dry run (plan and count, change nothing). The params are checked before anything runs.
 
@@ -113,6 +116,31 @@ with DAG(
     default_args=_DEFAULT_ARGS,
 ) as after_close:
     _submit("rewrite_data_files,rewrite_manifests")
+
+with DAG(
+    dag_id="laketide_maintain_thresholds",
+    description="Maintenance of tables past their thresholds (too many manifests or snapshots)",
+    doc_md=__doc__,
+    schedule=CronTriggerTimetable(_config.maintenance.threshold_schedule, timezone="UTC"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=_TAGS,
+    default_args=_DEFAULT_ARGS,
+) as thresholds:
+
+    @task.short_circuit
+    def due() -> dict[str, str] | None:
+        """Tables past max_manifests or max_snapshots (metadata only); none: the run ends here."""
+        from laketide.maintain.health import due_by_threshold
+
+        tables = due_by_threshold(get_config())
+        if not tables:
+            return None
+        actions = sorted({a for wanted in tables.values() for a in wanted}, key=MAINTENANCE_ACTIONS.index)
+        return {"table": ",".join(tables), "actions": ",".join(actions)}
+
+    due() >> _submit("{{ ti.xcom_pull(task_ids='due')['actions'] }}", "{{ ti.xcom_pull(task_ids='due')['table'] }}")
 
 if __name__ == "__main__":
     manual.test()

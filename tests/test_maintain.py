@@ -354,17 +354,23 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
     assert states == {"validate": "failed", "maintain": "upstream_failed"}
     assert not (config_path.parent / "catalog.db").exists()
 
+    # nothing past a threshold: the threshold run stops before Spark
+    run = dagbag.dags["laketide_maintain_thresholds"].test()
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {"due": "success", "maintain": "skipped"}
+
 
 def test_manual_dag_submits_the_maintenance_job(dagbag: Any) -> None:
     """The whole wiring: validate -> spark-submit of spark_jobs/maintain.py -> records. A dry run on a lake whose
-    stream has not written yet: only the record table exists (the job creates it), nothing else is touched."""
+    stream has not written yet: only the record table exists (the job creates it), nothing else is touched. The
+    catalog is named like the record table's namespace (``laketide``): the procedures get qualified names."""
     run = dagbag.dags["laketide_maintain"].test(
-        run_conf={"table": "all", "actions": ["rewrite_manifests", "expire_snapshots"], "dry_run": True})
+        run_conf={"table": "all", "actions": ["expire_snapshots", "remove_orphan_files"], "dry_run": True})
     assert run.state == "success"
     config = load(dagbag.config_path)
     recorded = history(config)
     assert recorded and {r.table_name for r in recorded} == {"laketide.maintenance_log"}
     assert {r.outcome for r in recorded} <= {"dry_run", "skipped"} and all(r.dry_run for r in recorded)
+    assert [r.orphans_found for r in recorded if r.action == "remove_orphan_files"] == [0]
     assert {r.run_id for r in recorded} == {run.run_id}
     assert not _exists(config, EVENTS)
 
@@ -407,6 +413,16 @@ def test_expiry_plan_keeps_each_writers_newest_marker() -> None:
     young = plan.plan_expiry(snaps, 9, datetime(2026, 11, 22, 0, 7, tzinfo=UTC), timedelta(minutes=4), 1)
     assert young.expired == [1, 2] and young.protected == {"w": 5}
     assert plan.plan_expiry([], None, now, timedelta(hours=1), 1).expired == []
+
+
+def test_threshold_actions() -> None:
+    from laketide.config import TablePolicy
+
+    policy = TablePolicy(max_manifests=10, max_snapshots=100)
+    assert plan.threshold_actions(10, 100, policy) == []
+    assert plan.threshold_actions(11, 101, policy) == ["rewrite_manifests", "expire_snapshots"]
+    only_expiry = TablePolicy(actions=["expire_snapshots"], max_manifests=10)
+    assert plan.threshold_actions(50, 6000, only_expiry) == ["expire_snapshots"]
 
 
 def test_compaction_plan() -> None:

@@ -349,6 +349,10 @@ class TablePolicy(_Strict):
     min_snapshots: int = Field(default=50, ge=1)
     #: remove_orphan_files: only files older than this are candidates (at least 1 day, see ORPHAN_AGE_FLOOR)
     orphan_age: timedelta = timedelta(days=3)
+    #: threshold run: rewrite_manifests as soon as the current snapshot has more manifests than this
+    max_manifests: int = Field(default=100, ge=2)
+    #: threshold run: expire_snapshots as soon as the table keeps more snapshots than this
+    max_snapshots: int = Field(default=5000, ge=2)
 
     @field_validator("target_file_size", mode="before")
     @classmethod
@@ -391,6 +395,8 @@ class MaintenanceConfig(_Strict):
     tables: dict[str, TablePolicy] = {}
     #: cron (UTC) of the daily run of expire_snapshots and remove_orphan_files over every table
     daily_schedule: str = "30 3 * * *"
+    #: cron (UTC) of the threshold check: tables past max_manifests or max_snapshots are maintained at once
+    threshold_schedule: str = "45 * * * *"
     #: a maintenance run holds a lease per table; a silent holder loses it after this long
     lease: timedelta = timedelta(hours=2)
 
@@ -423,7 +429,7 @@ class MaintenanceConfig(_Strict):
     def _duration(cls, value: Any) -> timedelta:
         return positive_duration(value)
 
-    @field_validator("daily_schedule")
+    @field_validator("daily_schedule", "threshold_schedule")
     @classmethod
     def _cron(cls, value: str) -> str:
         if len(value.split()) != 5:

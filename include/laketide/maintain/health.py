@@ -182,3 +182,22 @@ def format_health(items: list[Health], now: datetime | None = None) -> list[str]
             f"{h.max_files_per_closed_hour:>12} {h.manifests:>9} {h.snapshots:>9} {_size(h.metadata_bytes):>9}  "
             f"{_age(now, h.last_maintenance)}")
     return lines
+
+
+def due_by_threshold(config: LaketideConfig) -> dict[str, list[str]]:
+    """Tables past a threshold of their policy and the actions they are due for (metadata only, no Spark)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    from laketide.maintain.plan import targets, threshold_actions
+
+    catalog = load_catalog(config.catalog)
+    due: dict[str, list[str]] = {}
+    for target in targets(config):
+        try:
+            stats = table_stats(catalog.load_table(target.table))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            continue
+        actions = threshold_actions(stats.manifests, stats.snapshots, config.maintenance.policy(target.table))
+        if actions:
+            due[target.table] = actions
+    return due

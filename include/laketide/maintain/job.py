@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from laketide import sink
@@ -50,7 +50,7 @@ class GaveUp(Exception):
 class Maintainer:
     """Runs maintenance requests in one Spark session.
 
-    :param now: the clock (tests move it)
+    :param now: the clock the plans are made with (tests move it); records carry the real time
     """
 
     def __init__(self, config: LaketideConfig, spark: SparkSession, run_id: str,
@@ -114,7 +114,7 @@ class Maintainer:
 
     def action(self, target: plan.Target, action: str, policy: TablePolicy, dry_run: bool) -> MaintenanceRecord:
         """One action, timed and recorded whatever happens."""
-        rec = MaintenanceRecord(self.run_id, target.table, action, dry_run=dry_run, started_at=self.now())
+        rec = MaintenanceRecord(self.run_id, target.table, action, dry_run=dry_run)  # the real time, always
         started = time.monotonic()
         try:
             reopen_sqlite_connections(self.spark, self.cat)
@@ -143,6 +143,11 @@ class Maintainer:
             log.exception("could not record: %s", rec.line())
 
     # ---- helpers ----
+
+    def _qualified(self, name: str) -> str:
+        """``catalog.namespace.table``: a namespace named like the catalog (``laketide.partition_status`` in the
+        catalog ``laketide``) would otherwise be read as the catalog."""
+        return f"{self.cat}.{name}"
 
     def _load(self, name: str) -> Table:
         return self.catalog.load_table(name)
@@ -210,7 +215,8 @@ class Maintainer:
         }
         opts = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
         (row,) = self._call("rewrite_data_files",
-                            f"table => '{target.table}', strategy => 'binpack'{where}, options => map({opts})")
+                            f"table => '{self._qualified(target.table)}', strategy => 'binpack'{where}, "
+                            f"options => map({opts})")
         result = row.asDict()
         self._after(rec, target.table)
         failed = int(result.get("failed_data_files_count") or 0)
@@ -236,7 +242,7 @@ class Maintainer:
             return
         if rec.dry_run:
             return
-        (row,) = self._call("rewrite_manifests", f"table => '{target.table}'")
+        (row,) = self._call("rewrite_manifests", f"table => '{self._qualified(target.table)}'")
         result = row.asDict()
         self._after(rec, target.table)
         rec.detail = (f"{result.get('rewritten_manifests_count')} manifests rewritten into "
@@ -248,7 +254,7 @@ class Maintainer:
         expiry = plan.plan_expiry(snaps(table), table.metadata.current_snapshot_id, self.now(),
                                   policy.snapshot_retention, policy.min_snapshots)
         kept = ", ".join(f"{w}: {s}" for w, s in sorted(expiry.protected.items()))
-        rec.detail = (f"older than {plan.timestamp_literal(expiry.older_than_ms)[10:-1]}, retain last "
+        rec.detail = (f"older than {plan.timestamp_literal(expiry.older_than_ms)[11:-1]}, retain last "
                       f"{expiry.retain_last}; writer markers kept: {kept or 'none'}")
         rec.snapshots_expired = len(expiry.expired)
         if not expiry.expired:
@@ -258,7 +264,7 @@ class Maintainer:
         if rec.dry_run:
             return
         before = table_stats(table).snapshot_ids
-        (row,) = self._call("expire_snapshots", f"table => '{target.table}', older_than => "
+        (row,) = self._call("expire_snapshots", f"table => '{self._qualified(target.table)}', older_than => "
                             f"{plan.timestamp_literal(expiry.older_than_ms)}, retain_last => {expiry.retain_last}")
         after_table = self._load(target.table)
         after = table_stats(after_table)
@@ -285,13 +291,20 @@ class Maintainer:
         plan.check_orphan_location(target.table, table.metadata.location, keep)
         self._before(rec, table)
         older_than = int((self.now() - age).timestamp() * 1000)
-        rows = self._call("remove_orphan_files", f"table => '{target.table}', older_than => "
+        rows = self._call("remove_orphan_files", f"table => '{self._qualified(target.table)}', older_than => "
                           f"{plan.timestamp_literal(older_than)}, dry_run => {'true' if rec.dry_run else 'false'}")
         found = [r["orphan_file_location"] for r in rows]
         rec.orphans_found = len(found)
         rec.orphans_removed = 0 if rec.dry_run else len(found)
-        rec.detail = f"older than {age}" + (f"; e.g. {found[0]}" if found else "")
+        rec.detail = f"older than {_human(age)}" + (f"; e.g. {found[0]}" if found else "")
         self._after(rec, target.table)
+
+
+def _human(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    return f"{seconds / 3600:g}h" if seconds % 3600 == 0 else f"{seconds}s"
 
 
 def file_counts_hours(partitions_json: str) -> list[datetime]:

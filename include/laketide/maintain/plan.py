@@ -269,3 +269,15 @@ def check_orphan_location(table: str, location: str, keep: Mapping[str, str]) ->
             raise MaintenanceRequestError(
                 f"remove_orphan_files on {table}: {what} {path} lies inside the table location {location}; "
                 "its files would be deleted as orphans. Move it out of the table location first.")
+
+
+def threshold_actions(manifests: int, snapshots: int, policy: TablePolicy) -> list[str]:
+    """The actions a table is due for by its thresholds (``max_manifests``, ``max_snapshots``), among its
+    policy's actions: between the runs after closes and the daily one, a table that grows fast is not left
+    waiting."""
+    due = []
+    if "rewrite_manifests" in policy.actions and manifests > policy.max_manifests:
+        due.append("rewrite_manifests")
+    if "expire_snapshots" in policy.actions and snapshots > policy.max_snapshots:
+        due.append("expire_snapshots")
+    return due
