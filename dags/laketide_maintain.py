@@ -134,7 +134,7 @@ with DAG(
         """Tables past max_manifests or max_snapshots (metadata only); none: the run ends here."""
         from laketide.maintain.health import due_by_threshold
 
-        tables = due_by_threshold(get_config())
+        tables = due_by_threshold(airflow_config())
         if not tables:
             return None
         actions = sorted({a for wanted in tables.values() for a in wanted}, key=MAINTENANCE_ACTIONS.index)
