@@ -105,6 +105,10 @@ def test_a_50mb_line_is_isolated(tmp_path: Path, record_property) -> None:  # ty
     log = writer_log(config_path)
     assert code == 0, log[-5000:]
     assert "OutOfMemoryError" not in log
+    # memory stays bounded: the Python driver never holds the line (its size is that of any batch), and the
+    # JVM stays within its 1 GB heap plus its own overhead
+    assert peaks.get("python", peaks.get("python3", 0)) < 400_000, peaks
+    assert peaks.get("java", 0) < 1_700_000, peaks
 
     config = load(config_path)
     stream = config.stream("clicks")
