@@ -137,7 +137,7 @@ def test_stop_leaves_nothing_running_and_exits_0(tmp_path: Path, how: str) -> No
     port = free_port()
     proc = launch(tmp_path, port, LAKETIDE_AIRFLOW_COMMAND=f"{sys.executable} {FAKE_AIRFLOW}")
     try:
-        read_until(proc, "laketide is running", 60)
+        read_until(proc, "Ctrl-C stops everything.", 60)  # the whole banner: run.sh is waiting on its children
         pids_file = tmp_path / "fake-airflow.pids"
         wait_until(lambda: pids_file.exists() and len(pids_file.read_text().split()) == 5, 30, "the fake tree")
         tree = [int(p) for p in pids_file.read_text().split()]
