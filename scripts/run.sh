@@ -164,6 +164,8 @@ say "
   Writer DAG     laketide_ingest_clicks (continuous; laketide_ingest_clicks_once for a one-off run)
   Close DAG      laketide_close_clicks (hourly: sensor -> Great Expectations -> closed + Asset event)
                  laketide_example_downstream runs on every closed hour
+  Maintenance    laketide_maintain_after_close (compaction of closed hours), laketide_maintain_daily (expiry,
+                 orphans), laketide_maintain_thresholds (hourly); laketide_maintain: manual, with a form
   Iceberg tables laketide.lake.clicks (events), laketide.lake.clicks_rejects (bad lines + reason)
   Catalog        $LAKETIDE_HOME/catalog.db (SQLite)   warehouse: $LAKETIDE_HOME/warehouse
   Landing zone   $LAKETIDE_HOME/landing/clicks   (producer log: $LOGS/producer.log)
