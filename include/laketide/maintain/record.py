@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig
+from laketide.status import TABLE_PROPERTIES  # an append-only log table, like the status table
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -29,15 +30,6 @@ log = logging.getLogger("laketide.maintain")
 #: ok: done; dry_run: only planned; skipped: nothing to do or the table is busy; gave_up: lost to concurrent
 #: commits (the writer's) more often than the commit-retry properties allow, nothing changed; failed: an error
 OUTCOMES = ("ok", "dry_run", "skipped", "gave_up", "failed")
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    "commit.manifest-merge.enabled": "true",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "100",
-    "commit.retry.num-retries": "10",
-    "commit.retry.min-wait-ms": "50",
-    "commit.retry.max-wait-ms": "2000",
-}
 #: the detail of a table skipped because another maintenance run holds it
 BUSY = "another maintenance run holds the table"
 _INTS = ("duration_ms", "files_before", "files_after", "bytes_before", "bytes_after", "manifests_before",
