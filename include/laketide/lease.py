@@ -134,16 +134,18 @@ class WriterLease:
 
     def acquire(self) -> None:
         """Take the lease, or raise :class:`WriterBusyError` naming the live holder."""
-        from sqlalchemy.exc import IntegrityError, OperationalError
+        from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-        self.table.create(self.engine, checkfirst=True)
         for attempt in range(1, 21):
             try:
+                # two writers starting together may both create the table: the loser sees it on the next round
+                self.table.create(self.engine, checkfirst=True)
                 if self._try_acquire():
                     return
             except IntegrityError:
-                pass  # another writer inserted the row first: read it again
-            except OperationalError as exc:  # SQLite locked by another writer, a dropped connection
+                pass  # another writer inserted the row (or created the table) first: read it again
+            except (OperationalError, ProgrammingError) as exc:  # SQLite locked, a dropped connection, a table
+                # created by another writer in between
                 log.warning("writer %s: taking the lease failed (attempt %d): %s", self.writer_id, attempt,
                             str(exc).splitlines()[0])
                 time.sleep(min(5.0, 0.2 * attempt))
