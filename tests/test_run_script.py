@@ -78,7 +78,14 @@ def launch(home: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **env,
     })
     return subprocess.Popen(["bash", str(RUN)], env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_terminal_signals)
+
+
+def _terminal_signals() -> None:
+    """Signals as a terminal leaves them. A signal ignored when bash starts cannot be trapped, and a test run
+    under ``nohup`` (SIGHUP ignored) or in a background job (SIGINT ignored) would pass that on."""
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def read_until(proc: subprocess.Popen[bytes], text: str, timeout: float) -> str:
