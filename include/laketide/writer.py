@@ -678,7 +678,6 @@ class BatchWriter:
         if not commits.should_write(batch_id, events_marker):
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
-        rejects_marker = sink.table_marker(iceberg.table(f"{self.prefix}.{stream.rejects_table}"), stream.writer_id)
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
@@ -697,8 +696,11 @@ class BatchWriter:
             commits.MAX_EVENT_TIME: batch_max,
             commits.WATERMARK: watermark,
         }
-        if rejected and commits.should_write(batch_id, rejects_marker):
-            self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
+        if rejected:  # the rejects table is read only for batches that have rejects (its publish is fenced)
+            rejects_table = iceberg.table(f"{self.prefix}.{stream.rejects_table}")
+            rejects_marker = sink.table_marker(rejects_table, stream.writer_id)
+            if commits.should_write(batch_id, rejects_marker):
+                self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
         faults.maybe_pause("between_tables", batch_id)
         published = time.monotonic()
         props = commits.summary_properties(stream.writer_id, batch_id, files, staged.rows, extra)
