@@ -17,7 +17,7 @@ ENV LAKETIDE_HOME=/usr/local/laketide/.laketide \
     AIRFLOW__CORE__PLUGINS_FOLDER=/usr/local/laketide/plugins \
     AIRFLOW__CORE__LOAD_EXAMPLES=False \
     TZ=UTC
-RUN pip install --no-cache-dir --no-deps -e . && python -m laketide.jars
+RUN pip install --no-cache-dir --no-deps -e . && python -m laketide.lake.jars
 
 EXPOSE 8080
 CMD ["airflow", "standalone"]

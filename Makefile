@@ -13,7 +13,7 @@ setup: ## Install system packages, the .venv virtualenv and the Spark jars (idem
 	@scripts/setup.sh
 
 jars: ## Provision the Iceberg/Jackson/JDBC jars for Spark (idempotent, no Maven needed)
-	@$(VENV)/python -m laketide.jars
+	@$(VENV)/python -m laketide.lake.jars
 
 run: setup ## Run laketide on embedded defaults: Airflow standalone + sample producer + continuous writer
 	@scripts/run.sh
@@ -34,10 +34,10 @@ submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_strea
 	@$(VENV)/laketide-submit $(JOB) $(ARGS)
 
 reconcile: ## Per-partition report of the running quickstart: audit == lake + rejects
-	@$(VENV)/python -m laketide.reconcile
+	@$(VENV)/python -m laketide.close.reconcile
 
 status: ## Latest state of every hour (open, complete, empty, gap, verified, closed, reopened) and each table's health
-	@$(VENV)/python -m laketide.status
+	@$(VENV)/python -m laketide.close.status
 
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} + 2>/dev/null || true

@@ -1,6 +1,6 @@
 """Benchmark: a table built by many small micro-batches, before and after maintenance, in one run.
 
-1. An events table (the writer's DDL, ``writer.ensure_tables``) receives ``--batches`` small appends through
+1. An events table (the writer's DDL, ``tables.ensure_tables``) receives ``--batches`` small appends through
    pyiceberg, each carrying the writer's markers (writer id, batch id) like a micro-batch: one data file per
    batch, one manifest per batch, one snapshot per batch, spread over ``--hours`` hours.
 2. Every hour but the last is recorded closed in the status table.
@@ -32,13 +32,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from laketide.catalog import load_catalog  # noqa: E402
-from laketide.commits import BATCH_ID, WATERMARK, WRITER_ID  # noqa: E402
+from laketide.close.partitions import State, check_partition  # noqa: E402
+from laketide.close.status import StatusRecord, record  # noqa: E402
+from laketide.lake.catalog import load_catalog  # noqa: E402
+from laketide.lake.commits import BATCH_ID, WATERMARK, WRITER_ID  # noqa: E402
 from laketide.maintain import plan  # noqa: E402
 from laketide.maintain.health import file_counts, table_stats  # noqa: E402
 from laketide.maintain.job import Maintainer  # noqa: E402
-from laketide.partitions import State, check_partition  # noqa: E402
-from laketide.status import StatusRecord, record  # noqa: E402
 from tests.helpers import load, write_config  # noqa: E402
 
 
@@ -103,8 +103,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
-    from laketide.spark import build_session
-    from laketide.writer import ensure_tables
+    from laketide.ingest.tables import ensure_tables
+    from laketide.lake.spark import build_session
 
     home = Path(tempfile.mkdtemp(prefix="laketide-bench-maintain-"))
     config = load(write_config(home))

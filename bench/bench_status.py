@@ -35,11 +35,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from laketide.catalog import load_catalog  # noqa: E402
-from laketide.commits import WRITER_ID  # noqa: E402
+from laketide.close.partitions import Cursor, State, advance, check_partition  # noqa: E402
 from laketide.config import LaketideConfig, StreamConfig  # noqa: E402
-from laketide.partitions import Cursor, State, advance, check_partition  # noqa: E402
-from laketide.snapshots import lineage, metadata_location  # noqa: E402
+from laketide.lake.catalog import load_catalog  # noqa: E402
+from laketide.lake.commits import WRITER_ID  # noqa: E402
+from laketide.lake.snapshots import lineage, metadata_location  # noqa: E402
 from tests.helpers import config_env, load, run_writer, write_config, writer_log  # noqa: E402
 
 SIZES = (100, 10_000)
@@ -51,7 +51,7 @@ def land_and_write(home: Path) -> tuple[LaketideConfig, list[datetime]]:
     start = hour - timedelta(hours=3)
     path = write_config(home, max_files_per_trigger=1, idle_window="5m")
     subprocess.run(
-        [sys.executable, "-m", "laketide.producer", "--mode", "backfill", "--start", start.isoformat(),
+        [sys.executable, "-m", "laketide.dev.producer", "--mode", "backfill", "--start", start.isoformat(),
          "--hours", "3", "--events-per-hour", "400", "--events-per-file", "120", "--seed", "1"],
         env=config_env(path), check=True, capture_output=True,
     )

@@ -3,8 +3,8 @@
 What is compared
 ----------------
 Three Structured Streaming pipelines read the SAME landed input (newline-delimited JSON files published
-with ``laketide.landing.publish``: audit records in ``<landing>/audit``, data in ``<landing>/data``), in
-ONE process and ONE SparkSession (``local[2]``, built by ``laketide.spark.build_session``), all with
+with ``laketide.ingest.landing.publish``: audit records in ``<landing>/audit``, data in ``<landing>/data``), in
+ONE process and ONE SparkSession (``local[2]``, built by ``laketide.lake.spark.build_session``), all with
 ``trigger(availableNow=True)`` and ``maxFilesPerTrigger = F``:
 
 ``parquet``
@@ -16,9 +16,9 @@ ONE process and ONE SparkSession (``local[2]``, built by ``laketide.spark.build_
     Iceberg's own streaming sink: the same read, ``writeStream.format("iceberg").outputMode("append")
     .option("fanout-enabled", "true").toTable(...)`` into a table created beforehand exactly like the
     laketide events table (same columns, ``hours(event_time)`` hidden partitioning and
-    ``writer.create_events_table``). ``_batch_id`` is written as null: the native sink has no batch id.
+    ``tables.create_events_table``). ``_batch_id`` is written as null: the native sink has no batch id.
 ``laketide``
-    ``laketide.writer.start(spark, config, stream, "incremental")`` after ``ensure_tables``: parse and
+    ``laketide.ingest.runner.start(spark, config, stream, "incremental")`` after ``ensure_tables``: parse and
     validate every line, split valid lines from rejects, per-batch stats and snapshot-summary markers,
     the idempotency (dedupe) lookups of the commit protocol, then the append to the events table.
 
@@ -71,8 +71,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from laketide import landing, writer  # noqa: E402
 from laketide.config import LaketideConfig, StreamConfig  # noqa: E402
+from laketide.ingest import landing, runner, tables, transforms, writer  # noqa: E402
 from tests.helpers import STREAM_FIELDS, load, write_config  # noqa: E402
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ class Bench:
     def _read(self, landing_path: Path) -> DataFrame:
         from pyspark.sql import functions as F
 
-        schema = writer.record_schema(self.base)
+        schema = transforms.record_schema(self.base)
         return (
             self.spark.readStream.format("text")
             .option("maxFilesPerTrigger", self.files_per_trigger)
@@ -313,7 +313,7 @@ class Bench:
     def _native(self, tag: str, landing_path: Path, lines: int) -> Outcome:
         folder = self._folder(tag, "native")
         table = f"{self.cat}.{NAMESPACE}.native_{tag}"
-        writer.create_events_table(self.spark, table, self.base)
+        tables.create_events_table(self.spark, table, self.base)
         seconds, progress = self._timed(
             lambda: self._read(landing_path).writeStream.format("iceberg")
             .outputMode("append")
@@ -342,8 +342,8 @@ class Bench:
             "writer_id": f"bench-{tag}",
             "max_files_per_trigger": self.files_per_trigger,
         })
-        writer.ensure_tables(self.spark, self.config, stream)
-        seconds, progress = self._timed(lambda: writer.start(self.spark, self.config, stream, "incremental"))
+        tables.ensure_tables(self.spark, self.config, stream)
+        seconds, progress = self._timed(lambda: runner.start(self.spark, self.config, stream, "incremental"))
         laketide_batches = self.batch_log.take()
         events = self.spark.table(f"{self.cat}.{stream.table}").count()
         rejects = self.spark.table(f"{self.cat}.{stream.rejects_table}").count()
@@ -357,7 +357,7 @@ class Bench:
         self._check(f"laketide {tag}", {"events": events}, lines)
         logged = sum(int(b["valid"]) + int(b["rejected"]) for b in laketide_batches)
         if not laketide_batches:
-            print(f"  note: no 'batch N committed' lines from the laketide.writer log in {tag}", flush=True)
+            print(f"  note: no 'batch N committed' lines from the laketide.ingest.writer log in {tag}", flush=True)
         elif logged != lines:
             raise AssertionError(f"laketide {tag}: writer logged {logged:,} rows in batches, not {lines:,}")
         return seconds, progress, laketide_batches
@@ -507,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rows != args.events:
             raise AssertionError(f"landed {rows:,} lines, expected {args.events:,}")
 
-        from laketide.spark import build_session
+        from laketide.lake.spark import build_session
 
 
         spark = build_session(config, "laketide-bench", master="local[2]")

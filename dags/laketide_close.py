@@ -20,7 +20,7 @@ manual run with **start** and **end** closes that range of past hours ("close ra
 Every run also looks for closed hours that received late rows (**find_reopened**): each is recorded as
 reopened, verified and closed again (**reclose**, one mapped task per hour), with a new Asset event.
 History: backfill this DAG (`airflow backfill create --dag-id laketide_close_<stream> --from-date ...
---to-date ...`) or trigger it with start and end. Status: `python -m laketide.status` or the status table.
+--to-date ...`) or trigger it with start and end. Status: `python -m laketide.close.status` or the status table.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task, task_group
 
+from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.callbacks import alert
 from laketide.airflow.hooks import airflow_config
 from laketide.airflow.sensors import PartitionCompletionSensor
-from laketide.assets import closed_partitions_asset
 from laketide.config import get_config
 
 _config = get_config()
@@ -88,8 +88,8 @@ for _stream in _config.streams:
 
             from airflow.sdk.exceptions import AirflowFailException
 
-            from laketide.closing import RangeError, close_range, parse_hour
-            from laketide.landing import partition_key
+            from laketide.close.closing import RangeError, close_range, parse_hour
+            from laketide.ingest.landing import partition_key
 
             params = context["params"]
             try:
@@ -112,15 +112,15 @@ for _stream in _config.streams:
 
         @task
         def decide(keys: list[str], last: dict[str, Any], stream: str = _name) -> list[dict[str, Any]]:
-            from laketide.closing import decide_range
+            from laketide.close.closing import decide_range
 
             config = airflow_config()
             return decide_range(config, config.stream(stream), keys, last)
 
         @task(max_active_tis_per_dagrun=4)
         def verify(decision: dict[str, Any], stream: str = _name, **context: Any) -> dict[str, Any]:
-            from laketide.closing import VerificationFailed, parse_hour
-            from laketide.closing import verify as verify_partition
+            from laketide.close.closing import VerificationFailed, parse_hour
+            from laketide.close.closing import verify as verify_partition
 
             config = airflow_config()
             try:
@@ -131,7 +131,7 @@ for _stream in _config.streams:
 
         @task(outlets=[_asset])
         def close(verified: dict[str, Any], stream: str = _name, asset: Any = _asset, **context: Any) -> None:
-            from laketide.closing import close as close_partition
+            from laketide.close.closing import close as close_partition
 
             config = airflow_config()
             extra = close_partition(config, config.stream(stream), verified, context["run_id"])
@@ -139,14 +139,14 @@ for _stream in _config.streams:
 
         @task
         def find_reopened(stream: str = _name, **context: Any) -> list[str]:
-            from laketide.closing import find_reopened as find
+            from laketide.close.closing import find_reopened as find
 
             config = airflow_config()
             return find(config, config.stream(stream), context["run_id"])
 
         @task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> None:
-            from laketide.closing import VerificationFailed, close, parse_hour, verify
+            from laketide.close.closing import VerificationFailed, close, parse_hour, verify
 
             config = airflow_config()
             cfg = config.stream(stream)

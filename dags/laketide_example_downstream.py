@@ -13,8 +13,8 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
+from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.hooks import airflow_config
-from laketide.assets import closed_partitions_asset
 from laketide.config import get_config
 
 _config = get_config()
@@ -33,7 +33,7 @@ with DAG(
 
     @task
     def summarize_closed_hours(**context: Any) -> list[dict[str, Any]]:
-        from laketide.downstream import hourly_summary
+        from laketide.airflow.downstream import hourly_summary
 
         out = []
         for events in context["triggering_asset_events"].values():

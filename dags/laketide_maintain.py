@@ -28,9 +28,9 @@ from typing import Any
 
 from airflow.sdk import DAG, CronTriggerTimetable, Param, task
 
+from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.hooks import airflow_config
 from laketide.airflow.operators import LaketideSparkSubmitOperator
-from laketide.assets import closed_partitions_asset
 from laketide.config import MAINTENANCE_ACTIONS, get_config, maintained_tables
 
 _config = get_config()

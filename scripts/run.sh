@@ -131,7 +131,7 @@ os.kill(int(sys.argv[1]), signal.SIGPIPE)
 fi
 
 say "==> sample producer: live events for stream 'clicks' (1% malformed, 2% late)"
-env "$TOKEN" setsid python -m laketide.producer --mode live --rate 20 --flush-seconds 10 \
+env "$TOKEN" setsid python -m laketide.dev.producer --mode live --rate 20 --flush-seconds 10 \
   --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer.log" 2>&1 &
 producer=$!
 pids+=("$producer")

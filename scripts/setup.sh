@@ -44,4 +44,4 @@ else
 fi
 
 echo "==> Spark jars"
-.venv/bin/python -m laketide.jars
+.venv/bin/python -m laketide.lake.jars

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from py4j.protocol import Py4JNetworkError
 
-    from laketide.writer import run
+    from laketide.ingest.runner import run
 
     try:
         run(config, stream, args.mode)

@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, MaintenanceRequestError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from laketide.lake.spark import build_session
     from laketide.maintain.job import run
-    from laketide.spark import build_session
 
     spark = build_session(config, "laketide-maintain")
     try:

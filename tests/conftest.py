@@ -29,7 +29,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 # py4j logs at interpreter exit, after pytest closed its streams
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
-from laketide.jars import provision  # noqa: E402
+from laketide.lake.jars import provision  # noqa: E402
 from tests.helpers import JARS_DIR  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def airflow_db() -> Path:
 @pytest.fixture(scope="session")
 def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One local SparkSession for in-process tests, wired to a throwaway SQLite catalog."""
-    from laketide.spark import build_session
+    from laketide.lake.spark import build_session
     from tests.helpers import load, write_config
 
     home = tmp_path_factory.mktemp("spark-home")

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig
-from laketide.landing import partition_key
+from laketide.ingest.landing import partition_key
+from laketide.lake.catalog import load_catalog
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import produce
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from laketide.catalog import load_catalog
-from laketide.partitions import State
-from laketide.reconcile import reconcile
-from laketide.status import history
+from laketide.close.partitions import State
+from laketide.close.reconcile import reconcile
+from laketide.close.status import history
+from laketide.lake.catalog import load_catalog
 from tests.helpers import run_writer, writer_log
 from tests.lake import Lake, build_lake, land_late
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from laketide.commits import (
+from laketide.errors import CheckpointMismatchError
+from laketide.lake.commits import (
     BATCH_ID,
     WRITER_ID,
     CheckpointState,
@@ -18,8 +19,7 @@ from laketide.commits import (
     should_write,
     summary_properties,
 )
-from laketide.errors import CheckpointMismatchError
-from laketide.snapshots import Snap
+from laketide.lake.snapshots import Snap
 
 
 def snap(sid: int, parent: int | None, writer: str | None = None, batch: int | None = None) -> Snap:
@@ -105,8 +105,8 @@ def test_summary_properties_are_strings() -> None:
 
 
 def test_source_position_records_sizes_and_times_and_reads_the_old_format() -> None:
-    from laketide.commits import SOURCE_FILES, SOURCE_STATS, SourceFiles, ingested_files, source_position
-    from laketide.landing import FileStat
+    from laketide.ingest.landing import FileStat
+    from laketide.lake.commits import SOURCE_FILES, SOURCE_STATS, SourceFiles, ingested_files, source_position
 
     files = SourceFiles({"b.jsonl": (20, 1700000000123), "a.jsonl": FileStat(10, 1700000000000)})
     assert files == ["a.jsonl", "b.jsonl"] and len(files) == 2

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from laketide.catalog import jdbc_properties
 from laketide.config import DEFAULT_CONFIG, load_config, parse_duration
 from laketide.errors import ConfigError
+from laketide.lake.catalog import jdbc_properties
 from tests.helpers import STREAM_FIELDS, write_config
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from laketide.commits import read_checkpoint
-from laketide.landing import data_dir
+from laketide.ingest.landing import data_dir
+from laketide.lake.commits import read_checkpoint
 from tests.helpers import config_env, kill_group, load, start_writer, write_config, writer_log
 from tests.test_writer import assert_exactly_once
 
@@ -24,8 +24,8 @@ CHECKER = """
 import sys, time
 from datetime import UTC, datetime, timedelta
 from laketide.config import get_config
-from laketide.partitions import check_partition
-from laketide.status import StatusRecord, record
+from laketide.close.partitions import check_partition
+from laketide.close.status import StatusRecord, record
 
 config = get_config(); stream = config.stream("clicks")
 done = 0
@@ -56,7 +56,7 @@ def _run(tmp_path: Path, config_path: Path, env: dict[str, str], writer: subproc
     checker = subprocess.Popen([sys.executable, "-c", CHECKER], env=env, stdout=subprocess.PIPE,
                                stderr=open(tmp_path / "checker.log", "wb"), start_new_session=True)  # noqa: SIM115
     producer = subprocess.run(
-        [sys.executable, "-m", "laketide.producer", "--mode", "live", "--rate", "200", "--flush-seconds", "1",
+        [sys.executable, "-m", "laketide.dev.producer", "--mode", "live", "--rate", "200", "--flush-seconds", "1",
          "--duration", f"{PRODUCE_SECONDS}s", "--malformed-ratio", "0.02", "--seed", "8"],
         env=env, capture_output=True, timeout=PRODUCE_SECONDS + 120,
     )
@@ -85,7 +85,7 @@ def _run(tmp_path: Path, config_path: Path, env: dict[str, str], writer: subproc
 
 
 def _reconcile_state(config_path: Path) -> str:
-    from laketide.reconcile import reconcile
+    from laketide.close.reconcile import reconcile
 
     config = load(config_path)
     report = reconcile(config, config.stream("clicks"))

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from laketide import failures
+from laketide.ingest import failures
 from tests.helpers import load, write_config
 
 
 def test_repeated_failures_of_one_batch_are_counted_then_cleared(tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     stream = load(write_config(tmp_path)).stream("clicks")
-    caplog.set_level(logging.ERROR, "laketide.writer")
+    caplog.set_level(logging.ERROR, "laketide.ingest.writer")
     failures.record(stream, 7, object(), RuntimeError("boom"))  # no readable plan: no file named, no crash
     assert failures.read(stream) is not None and failures.read(stream)["attempts"] == 1  # type: ignore[index]
     assert "batch 7 of stream clicks failed: RuntimeError: boom" in caplog.text

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from laketide.catalog import load_catalog
-from laketide.commits import read_checkpoint, table_marker
-from laketide.landing import publish
-from laketide.producer import make_event
+from laketide.dev.producer import make_event
+from laketide.ingest.landing import publish
+from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import read_checkpoint, table_marker
 from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
 from tests.test_writer import assert_exactly_once, landed
 

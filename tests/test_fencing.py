@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from laketide.commits import read_checkpoint
+from laketide.lake.commits import read_checkpoint
 from tests.helpers import kill_group, load, start_writer, wait_for
 from tests.pg import PgCluster
 from tests.test_writer import assert_exactly_once, landed
@@ -170,10 +170,11 @@ def test_catalog_server_stopped_for_30s_under_a_running_writer(tmp_path: Path) -
 
 
 def test_a_commit_from_a_stale_marker_is_fenced_and_changes_nothing(spark: object, tmp_path: Path) -> None:
-    from laketide import sink
-    from laketide.commits import summary_properties
     from laketide.errors import WriterFencedError
-    from laketide.writer import BatchWriter, ensure_tables
+    from laketide.ingest import sink
+    from laketide.ingest.tables import ensure_tables
+    from laketide.ingest.writer import BatchWriter
+    from laketide.lake.commits import summary_properties
     from tests.helpers import write_config
 
     config = load(write_config(tmp_path, table="fence.events", rejects_table="fence.rejects"))

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from laketide.partitions import PartitionStatus, State
-from laketide.status import history
+from laketide.close.partitions import PartitionStatus, State
+from laketide.close.status import history
 from tests.helpers import kill_group, load, start_writer, write_config, writer_log
 from tests.lake import current_hour
 from tests.test_writer import produce

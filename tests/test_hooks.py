@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from laketide import catalog as catalog_module
 from laketide.airflow.hooks import LaketideCatalogHook
-from laketide.catalog import load_catalog
 from laketide.errors import ConfigError
+from laketide.lake import catalog as catalog_module
+from laketide.lake.catalog import load_catalog
 from tests.helpers import load, write_config
 
 

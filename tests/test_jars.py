@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import laketide.jars as jars
+import laketide.lake.jars as jars
 from laketide.config import load_config
 from laketide.errors import JarsError
-from laketide.spark import spark_conf
+from laketide.lake.spark import spark_conf
 from tests.helpers import write_config
 
 

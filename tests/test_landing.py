@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from laketide import landing
+from laketide.ingest import landing
 
 P3 = "2026-11-22T03:00:00+00:00"
 P4 = "2026-11-22T04:00:00+00:00"
@@ -164,7 +164,7 @@ def test_read_audits_skips_and_names_unreadable_files(
     (audits / "20261122T03-p-00000004-deadbeef.json").write_text(json.dumps(bad_count))
     (audits / "README.txt").write_text("not an audit")
 
-    with caplog.at_level(logging.WARNING, logger="laketide.landing"):
+    with caplog.at_level(logging.WARNING, logger="laketide.ingest.landing"):
         result = landing.read_audits(tmp_path)
 
     assert set(result) == {good.name}

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from laketide import landing
-from laketide.catalog import load_catalog
-from laketide.commits import SOURCE_STATS, source_position
-from laketide.reconcile import main as reconcile_main
-from laketide.reconcile import reconcile
-from laketide.verify import verify_partition
+from laketide.close.reconcile import main as reconcile_main
+from laketide.close.reconcile import reconcile
+from laketide.close.verify import verify_partition
+from laketide.ingest import landing
+from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import SOURCE_STATS, source_position
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import lineage_summaries, produce
 
@@ -145,7 +145,7 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
 
 
 def test_partition_status_names_pending_and_reported_files() -> None:
-    from laketide.reconcile import PartitionCounts
+    from laketide.close.reconcile import PartitionCounts
 
     assert PartitionCounts("p", 5, 3, 0, pending=1).status.startswith("PENDING")
     assert PartitionCounts("p", 5, 3, 0, reported=2).status == "MISMATCH (see 2 reported file(s))"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from laketide.errors import CatalogUnavailableError, WriterBusyError, WriterFencedError
-from laketide.lease import WriterLease, engine_for
-from laketide.sink import is_transient, retrying
+from laketide.ingest.sink import is_transient, retrying
+from laketide.lake.lease import WriterLease, engine_for
 from tests.helpers import load, write_config
 
 

@@ -25,17 +25,17 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from laketide.catalog import load_catalog
-from laketide.commits import table_marker
+from laketide.close.partitions import State
+from laketide.close.status import StatusRecord, record
 from laketide.config import ConfigError, LaketideConfig
-from laketide.landing import parse_partition, publish
+from laketide.dev.producer import make_event
+from laketide.ingest.landing import parse_partition, publish
+from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import table_marker
 from laketide.maintain import plan
 from laketide.maintain.health import file_counts, format_health, health
 from laketide.maintain.job import Maintainer
 from laketide.maintain.record import MaintenanceRecord, history
-from laketide.partitions import State
-from laketide.producer import make_event
-from laketide.status import StatusRecord, record
 from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
 from tests.test_writer import START, assert_exactly_once
 
@@ -60,7 +60,7 @@ def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
     from tests.helpers import write_config
 
     home = tmp_path_factory.mktemp("maintain-spark")
-    from laketide.spark import build_session
+    from laketide.lake.spark import build_session
 
     session = build_session(load(with_catalog(write_config(home))), "laketide-maintain-tests", master="local[2]")
     session.sparkContext.setLogLevel("ERROR")
@@ -73,7 +73,7 @@ def close_hours(config: LaketideConfig, *hours: datetime) -> None:
 
 def maintain(config: LaketideConfig, spark: Any, tables: str, actions: str, dry_run: bool = False,
              now: datetime | None = None) -> list[MaintenanceRecord]:
-    from laketide.spark import spark_conf
+    from laketide.lake.spark import spark_conf
 
     for key, value in spark_conf(config).items():  # this test's catalog, in the module's session
         if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
@@ -124,7 +124,7 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert catalog.load_table(EVENTS).metadata_location == location
 
     # one maintenance run per table: a table another run holds is skipped, and said so
-    from laketide.lease import WriterLease, engine_for
+    from laketide.lake.lease import WriterLease, engine_for
     from laketide.maintain.job import LEASE_PREFIX
     from laketide.maintain.record import BUSY
 
@@ -214,8 +214,8 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
 def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_path: Path) -> None:
     """The real writer (trigger 1s) ingests files landing every second while compaction, manifest rewrite and
     expiry run again and again on both of its tables: every hour reconciles, no writer commit fails."""
-    from laketide import failures
-    from laketide.reconcile import reconcile
+    from laketide.close.reconcile import reconcile
+    from laketide.ingest import failures
     from tests.helpers import write_config
     from tests.test_writer import produce
 
@@ -392,8 +392,8 @@ def test_validate_request(tmp_path: Path) -> None:
 
 
 def _snap(sid: int, parent: int | None, minute: int, writer: str | None = None) -> Any:
-    from laketide.commits import BATCH_ID, WRITER_ID
-    from laketide.snapshots import Snap
+    from laketide.lake.commits import BATCH_ID, WRITER_ID
+    from laketide.lake.snapshots import Snap
 
     summary = {WRITER_ID: writer, BATCH_ID: str(sid)} if writer else {"operation": "replace"}
     return Snap(sid, parent, sid, int(datetime(2026, 11, 22, 0, minute, tzinfo=UTC).timestamp() * 1000), summary)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from laketide.errors import ConfigError
-from laketide.writer import RAW_PREFIX_CHARS, Validator, batch_files, parse_lines, rejected_rows
+from laketide.ingest.transforms import RAW_PREFIX_CHARS, Validator, parse_lines, rejected_rows
+from laketide.lake.internals import batch_files
 from tests.helpers import load, write_config
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
@@ -201,7 +202,7 @@ def test_event_time_leniency_is_explicit(spark, tmp_path: Path) -> None:  # type
 def test_the_sample_producer_writes_accepted_times(spark, stream) -> None:  # type: ignore[no-untyped-def]
     import random
 
-    from laketide.producer import make_event
+    from laketide.dev.producer import make_event
 
     rng = random.Random(3)
     events = [make_event(stream, rng, datetime(2026, 11, 22, 3, m, s, 1000 * m, tzinfo=UTC)) for m, s in

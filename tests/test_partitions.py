@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from laketide.catalog import load_catalog
-from laketide.config import StreamConfig
-from laketide.partitions import (
+from laketide.close.partitions import (
     Backlog,
     Cursor,
     State,
@@ -25,8 +23,10 @@ from laketide.partitions import (
     read,
     uncommitted,
 )
-from laketide.reconcile import reconcile
-from laketide.snapshots import Snap
+from laketide.close.reconcile import reconcile
+from laketide.config import StreamConfig
+from laketide.lake.catalog import load_catalog
+from laketide.lake.snapshots import Snap
 from tests.helpers import STREAM_FIELDS
 from tests.lake import Lake
 
@@ -306,7 +306,7 @@ def test_long_stall_stays_a_gap_and_older_hours_stay_decided(lake: Lake) -> None
 def test_landed_file_not_committed_is_a_backlog(lake: Lake) -> None:
     """A file of the first hour lands after everything was committed: that hour and every later one lag (nothing
     of them or earlier may be declared) until the writer commits it; it is read from the listing alone."""
-    from laketide.landing import audit_dir, audit_name, publish
+    from laketide.ingest.landing import audit_dir, audit_name, publish
 
     line = json.dumps({"event_id": "late-1", "event_time": (lake.hours[0] + timedelta(minutes=5)).isoformat(),
                        "user_id": 1, "page": "/"})
@@ -321,8 +321,8 @@ def test_landed_file_not_committed_is_a_backlog(lake: Lake) -> None:
 
 
 def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytest.MonkeyPatch) -> None:
-    from laketide import partitions
-    from laketide.landing import Landed
+    from laketide.close import partitions
+    from laketide.ingest.landing import Landed
 
     def commit(i: int, at: int, files: dict[str, int]) -> Snap:
         summary = {"laketide.writer-id": "w", "laketide.source-files": json.dumps(sorted(files)),
@@ -370,7 +370,7 @@ def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytes
 
 
 def test_backlog_splits_by_hour() -> None:
-    from laketide.landing import Landed
+    from laketide.ingest.landing import Landed
 
     files = [Landed("a", 1, 1, 5, KEY), Landed("b", 1, 2, 9, "2026-11-22T04:00:00+00:00"), Landed("c", 1, 3, 7, None),
              Landed("d", 1, 4, 4, "2026-11-22T01:00:00+00:00")]
@@ -402,7 +402,7 @@ def test_landed_files_reads_the_listing_only(tmp_path: Path) -> None:
     hour from the name, else from the audit record, else unknown."""
     import os
 
-    from laketide.landing import audit_dir, data_dir, landed_files, publish
+    from laketide.ingest.landing import audit_dir, data_dir, landed_files, publish
 
     contract = publish(tmp_path, ['{"a": 1}'], KEY, "p", 0, "clicks")
     data, audits = data_dir(tmp_path), audit_dir(tmp_path)

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from laketide import landing, producer
 from laketide.config import LaketideConfig, StreamConfig, load_config
+from laketide.dev import producer
+from laketide.ingest import landing
 
 CONFIG = """
 home: {home}
@@ -430,7 +431,7 @@ def test_live_stops_cleanly_on_sigterm(config_path: Path, tmp_path: Path) -> Non
     out = tmp_path / "live"
     env = dict(os.environ, LAKETIDE_CONFIG=str(config_path))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "laketide.producer", "--mode", "live", "--rate", "200",
+        [sys.executable, "-m", "laketide.dev.producer", "--mode", "live", "--rate", "200",
          "--landing-path", str(out)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

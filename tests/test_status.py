@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from laketide.catalog import load_catalog
+from laketide.close.partitions import State
+from laketide.close.status import StatusRecord, StatusRecordError, history, latest, main, record, status_table
 from laketide.config import LaketideConfig
 from laketide.errors import ConfigError
-from laketide.partitions import State
-from laketide.status import StatusRecord, StatusRecordError, history, latest, main, record, status_table
+from laketide.lake.catalog import load_catalog
 from tests.helpers import config_env, load, write_config
 
 P = datetime(2026, 11, 22, 3, tzinfo=UTC)
@@ -164,7 +164,7 @@ def test_cli_prints_the_latest_state(config: LaketideConfig, tmp_path: Path,
     record(config, rec(State.CLOSED, 0, 5, rows=1498, rejects=2, audit=1500, snapshot_id=77, run_id="r"))
     config_path = tmp_path / "laketide.yaml"
 
-    out = subprocess.run([sys.executable, "-m", "laketide.status", "--stream", "clicks"],
+    out = subprocess.run([sys.executable, "-m", "laketide.close.status", "--stream", "clicks"],
                          env=config_env(config_path), capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
     assert lines[0] == "stream clicks: laketide.partition_status (latest state per partition)"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from laketide.airflow.triggers import PartitionCompletionTrigger
-from laketide.landing import partition_key
-from laketide.partitions import State
+from laketide.close.partitions import State
+from laketide.ingest.landing import partition_key
 from tests.helpers import load
 from tests.lake import Lake
 
@@ -135,7 +135,7 @@ def test_sensor_gap_fails_records_and_names_the_reason(sensor_env: Lake) -> None
     from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
     from laketide.airflow.sensors import PartitionCompletionSensor
-    from laketide.status import history
+    from laketide.close.status import history
 
     s = PartitionCompletionSensor(task_id="s", stream="clicks", partition=sensor_env.key(3))
     event = {"stream": "clicks", "partition": sensor_env.key(3), "state": "gap", "rows": 7, "snapshot_id": 1,

@@ -17,12 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-from laketide.catalog import load_catalog
+from laketide.close.reconcile import reconcile
+from laketide.close.verify import Verification, partition_filter, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import expected_counts, parse_partition
-from laketide.reconcile import reconcile
-from laketide.verify import Verification, partition_filter, verify_partition
+from laketide.ingest.landing import expected_counts, parse_partition
+from laketide.lake.catalog import load_catalog
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import landed, produce
 

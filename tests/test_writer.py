@@ -12,10 +12,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from laketide.catalog import load_catalog
-from laketide.commits import BATCH_ID, PARTITION_ROWS, SOURCE_FILES, WATERMARK, WRITER_ID
-from laketide.landing import data_dir, expected_counts
-from laketide.reconcile import reconcile
+from laketide.close.reconcile import reconcile
+from laketide.ingest.landing import data_dir, expected_counts
+from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import BATCH_ID, PARTITION_ROWS, SOURCE_FILES, WATERMARK, WRITER_ID
 from tests.helpers import config_env, load, run_writer, write_config, writer_log
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ START = "2026-11-21T20:00:00+00:00"
 
 def produce(config_path: Path, *args: str) -> None:
     subprocess.run(
-        [sys.executable, "-m", "laketide.producer", "--mode", "backfill", *args],
+        [sys.executable, "-m", "laketide.dev.producer", "--mode", "backfill", *args],
         env=config_env(config_path), check=True, capture_output=True,
     )
 

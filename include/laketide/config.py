@@ -144,7 +144,7 @@ class StreamConfig(_Strict):
     #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
     min_event_time: str = "2000-01-01T00:00:00+00:00"
     max_future: timedelta = timedelta(days=1)
-    #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lease)
+    #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lake.lease)
     writer_lease: timedelta = timedelta(seconds=60)
     #: a landing line longer than this (in bytes, without its newline) is rejected unparsed
     max_line_bytes: int = Field(default=4 * 1024 * 1024, ge=1, le=2**31 - 1)
@@ -267,7 +267,7 @@ class SparkConfig(_Strict):
     """How Spark jobs are built: master, jars and extra conf."""
 
     master: str = "local[2]"
-    #: where the provisioned jars live (see ``python -m laketide.jars``)
+    #: where the provisioned jars live (see ``python -m laketide.lake.jars``)
     jars_dir: Path
     #: Maven coordinates; when set they replace the local jars (spark.jars.packages)
     packages: list[str] = []

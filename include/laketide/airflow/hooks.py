@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from laketide.catalog import load_catalog
 from laketide.config import CatalogConfig, LaketideConfig, get_config
+from laketide.lake.catalog import load_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog

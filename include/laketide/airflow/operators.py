@@ -11,7 +11,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from laketide.airflow.hooks import LaketideCatalogHook
 from laketide.config import REPO_ROOT
-from laketide.spark import package_zip
+from laketide.lake.spark import package_zip
 
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
 #: exit codes of laketide Spark jobs that a retry cannot fix
@@ -42,7 +42,7 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from laketide.config import config_path
-        from laketide.spark import spark_conf
+        from laketide.lake.spark import spark_conf
 
         hook = LaketideCatalogHook()
         config = hook.laketide_config()  # the catalog of the laketide_catalog connection, if there is one

@@ -13,7 +13,7 @@ from laketide.airflow.triggers import PartitionCompletionTrigger, check
 
 class PartitionCompletionSensor(BaseSensorOperator):
     """Wait until an hourly partition of a stream is decided from metadata (Iceberg snapshot summaries and the
-    landing zone's listing; the rules of ``laketide.partitions.classify``).
+    landing zone's listing; the rules of ``laketide.close.partitions.classify``).
 
     Outcomes: ``complete`` and ``empty`` succeed and push the status (XCom ``return_value``) for the close;
     ``gap`` (a stalled stream) records the gap in the status table and fails without retrying, which runs
@@ -93,6 +93,6 @@ class PartitionCompletionSensor(BaseSensorOperator):
 
     def _record_gap(self, event: dict[str, Any], context: Any) -> None:
         from laketide.airflow.hooks import airflow_config
-        from laketide.closing import record_decision
+        from laketide.close.closing import record_decision
 
         record_decision(airflow_config(self._config_path()), event, context["run_id"])

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from laketide.partitions import Cursor, PartitionStatus
+from laketide.close.partitions import Cursor, PartitionStatus
 
 
 def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] | None,
@@ -20,9 +20,9 @@ def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] 
     :param catalog: the catalog settings in force (``LaketideCatalogHook.catalog_config()``, resolved by the
         sensor on the worker), or None for the configuration file's
     """
-    from laketide.closing import parse_hour
+    from laketide.close.closing import parse_hour
+    from laketide.close.partitions import check_partition
     from laketide.config import CatalogConfig, get_config
-    from laketide.partitions import check_partition
 
     config = get_config(config_path)
     if catalog is not None:

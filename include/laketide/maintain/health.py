@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig
-from laketide.landing import from_epoch_hours
-from laketide.snapshots import Snap
+from laketide.ingest.landing import from_epoch_hours
+from laketide.lake.catalog import load_catalog
+from laketide.lake.snapshots import Snap
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -127,9 +127,9 @@ def health(config: LaketideConfig) -> list[Health]:
     """The health of every maintained table that exists."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+    from laketide.close.status import latest
     from laketide.maintain.plan import closed_hours, targets
     from laketide.maintain.record import history, last_maintenance
-    from laketide.status import latest
 
     catalog = load_catalog(config.catalog)
     last = last_maintenance(history(config))

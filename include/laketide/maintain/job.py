@@ -24,13 +24,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from laketide import sink
-from laketide.catalog import load_catalog
 from laketide.config import LaketideConfig, TablePolicy
 from laketide.errors import WriterBusyError
-from laketide.internals import reopen_sqlite_connections
-from laketide.landing import partition_key
-from laketide.lease import WriterLease, engine_for
+from laketide.ingest import sink
+from laketide.ingest.landing import partition_key
+from laketide.lake.catalog import load_catalog
+from laketide.lake.internals import reopen_sqlite_connections
+from laketide.lake.lease import WriterLease, engine_for
 from laketide.maintain import plan
 from laketide.maintain.health import file_counts, snaps, table_stats
 from laketide.maintain.record import BUSY, MaintenanceRecord, record
@@ -184,7 +184,7 @@ class Maintainer:
         where = ""
         column = target.hour_column
         if column is not None:
-            from laketide.status import latest
+            from laketide.close.status import latest
 
             assert target.stream is not None
             closed = plan.closed_hours(latest(self.config, target.stream.name))
@@ -309,7 +309,7 @@ def _human(value: timedelta) -> str:
 
 def file_counts_hours(partitions_json: str) -> list[datetime]:
     """The hours of a record's ``partitions`` (JSON list of partition keys)."""
-    from laketide.landing import parse_partition
+    from laketide.ingest.landing import parse_partition
 
     return [parse_partition(k) for k in json.loads(partitions_json)]
 

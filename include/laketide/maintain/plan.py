@@ -11,23 +11,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from laketide.commits import BATCH_ID, WRITER_ID
+from laketide.close.partitions import State
 from laketide.config import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, LaketideConfig, TablePolicy, maintained_tables
 from laketide.errors import LaketideError
-from laketide.landing import HOUR, hour_start
-from laketide.partitions import State
-from laketide.snapshots import Snap
+from laketide.ingest.landing import HOUR, hour_start
+from laketide.lake.commits import BATCH_ID, WRITER_ID
+from laketide.lake.snapshots import Snap
 
 if TYPE_CHECKING:
+    from laketide.close.status import StatusRecord
     from laketide.config import StreamConfig
-    from laketide.status import StatusRecord
 
 #: table properties of the streaming tables (events, rejects), set deliberately. They govern Iceberg's own
 #: commit retries, i.e. the maintenance commits (rewrite_data_files, rewrite_manifests, expire_snapshots) that
 #: race the live writer: a lost compare-and-swap is retried on the refreshed table (the writer's appends never
 #: conflict with a rewrite, they only move the table on), up to 20 times within 10 minutes, then the action gives
 #: up and is recorded as such. The writer's own commit does not use them: it is one fenced compare-and-swap per
-#: attempt with its own back-off until ``catalog.retry_timeout`` (``laketide.sink.publish``), so it always wins
+#: attempt with its own back-off until ``catalog.retry_timeout`` (``laketide.ingest.sink.publish``), so it always wins
 #: in the end.
 COMMIT_RETRY_PROPERTIES = {
     "commit.retry.num-retries": "20",

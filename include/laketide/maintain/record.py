@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.catalog import load_catalog
+from laketide.close.status import TABLE_PROPERTIES  # an append-only log table, like the status table
 from laketide.config import LaketideConfig
-from laketide.status import TABLE_PROPERTIES  # an append-only log table, like the status table
+from laketide.lake.catalog import load_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema

@@ -7,7 +7,7 @@ The expected count of a partition is ``landing.Inspection.expected`` (the close'
 same), and every landing file that is neither ingested nor pending is reported by name with its reason
 (``landing.inspect``, against the source positions in the events table's snapshot summaries).
 
-Run ``python -m laketide.reconcile [--stream NAME]`` for a per-partition report.
+Run ``python -m laketide.close.reconcile [--stream NAME]`` for a per-partition report.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.catalog import load_catalog
-from laketide.commits import ingested_files
 from laketide.config import LaketideConfig, StreamConfig, get_config
-from laketide.landing import EventTime, FileStat, Finding, Inspection, inspect, partition_key, read_audits
+from laketide.ingest.landing import EventTime, FileStat, Finding, Inspection, inspect, partition_key, read_audits
+from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import ingested_files
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -1,7 +1,7 @@
 """Airflow Assets of laketide, defined once so that producers (the close DAG) and consumers agree.
 
 An Asset event is emitted each time a partition of a stream's events table is closed (or re-closed after
-late data); its ``extra`` names the table and the partition (see ``laketide.closing.close_extra``).
+late data); its ``extra`` names the table and the partition (see ``laketide.close.closing.close_extra``).
 """
 
 from __future__ import annotations

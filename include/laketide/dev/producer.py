@@ -1,6 +1,6 @@
 """Bundled sample producer: writes synthetic events of a configured stream into its landing zone.
 
-Run ``python -m laketide.producer --help`` (or ``laketide-produce --help``). Two modes:
+Run ``python -m laketide.dev.producer --help`` (or ``laketide-produce --help``). Two modes:
 
 * ``backfill`` - synthetic history: ``--hours`` hours from ``--start``, ``--events-per-hour`` each;
   deterministic given ``--seed`` and ``--start`` (file contents; the names carry a random token);
@@ -9,7 +9,7 @@ Run ``python -m laketide.producer --help`` (or ``laketide-produce --help``). Two
 
 Both can inject faults: malformed lines (``--malformed-ratio``), late events (``--late-ratio``,
 ``--late-by``), quiet hours (backfill) and a pause (live). Files follow the landing-zone contract
-(``docs/landing-zone.md``) and are published with :func:`laketide.landing.publish`.
+(``docs/landing-zone.md``) and are published with :func:`laketide.ingest.landing.publish`.
 
 The generation logic is plain functions (:func:`make_event`, :func:`make_malformed`,
 :func:`backfill`, :func:`live`) so tests and other tools can call them directly.
@@ -36,11 +36,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from laketide import landing
 from laketide.config import StreamConfig, get_config, parse_duration
 from laketide.errors import LaketideError
+from laketide.ingest import landing
 
-log = logging.getLogger("laketide.producer")
+log = logging.getLogger("laketide.dev.producer")
 
 #: every kind of bad line the producer can write (see :func:`make_malformed`)
 MALFORMED_KINDS = (
@@ -731,7 +731,7 @@ def _run_live(stream: StreamConfig, args: argparse.Namespace, common: dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point (``laketide-produce`` / ``python -m laketide.producer``)."""
+    """Command-line entry point (``laketide-produce`` / ``python -m laketide.dev.producer``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_mode_options(parser, args)

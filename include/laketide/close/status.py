@@ -9,7 +9,7 @@ Columns: ``stream``, ``partition`` (timestamptz, the hour start), ``state`` (a :
 ``recorded_at`` (timestamptz). Partitioned by ``stream`` (identity); pyiceberg merges manifests on append
 (``commit.manifest-merge.enabled``) so reads stay cheap.
 
-Run ``python -m laketide.status [--stream NAME] [--all]`` for the latest state of every partition
+Run ``python -m laketide.close.status [--stream NAME] [--all]`` for the latest state of every partition
 (``--all``: every recorded row, oldest first).
 """
 
@@ -23,18 +23,18 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.catalog import load_catalog
+from laketide.close.partitions import State
 from laketide.config import LaketideConfig, get_config
 from laketide.errors import LaketideError
-from laketide.landing import hour_start
-from laketide.partitions import State
+from laketide.ingest.landing import hour_start
+from laketide.lake.catalog import load_catalog
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
-log = logging.getLogger("laketide.status")
+log = logging.getLogger("laketide.close.status")
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -134,7 +134,7 @@ def table_schema() -> Schema:
     return Schema(
         NestedField(1, "stream", StringType(), required=True),
         NestedField(2, "partition", TimestamptzType(), required=True, doc="UTC hour start of the partition"),
-        NestedField(3, "state", StringType(), required=True, doc="laketide.partitions.State value"),
+        NestedField(3, "state", StringType(), required=True, doc="laketide.close.partitions.State value"),
         NestedField(4, "rows", LongType(), required=False, doc="lake rows of the partition"),
         NestedField(5, "rejects", LongType(), required=False, doc="rejected lines attributed to the partition"),
         NestedField(6, "audit", LongType(), required=False, doc="records the producers reported"),
@@ -194,7 +194,7 @@ def record(config: LaketideConfig, *records: StatusRecord) -> None:
     :raises StatusRecordError: a record names a stream that is not configured
     :raises CatalogUnavailableError: the catalog stayed busy or unreachable for ``catalog.retry_timeout``
     """
-    from laketide.sink import retrying
+    from laketide.ingest.sink import retrying
 
     if not records:
         return

@@ -6,7 +6,7 @@ naming the holder; it takes over when the holder's heartbeat is older than ``wri
 silent: dead, frozen or cut off) or, on the same host, at once when the holder's process is gone.
 
 The lease keeps two writers from running side by side; it cannot stop a frozen writer that wakes up after
-its lease was taken. That one is stopped by the commit fence (``laketide.sink``): a batch commits only if the
+its lease was taken. That one is stopped by the commit fence (``laketide.ingest.sink``): a batch commits only if the
 table's newest commit of the writer is the one the batch started from. A writer that finds its lease taken
 stops between batches.
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from laketide.config import CatalogConfig
 
-log = logging.getLogger("laketide.lease")
+log = logging.getLogger("laketide.lake.lease")
 TABLE = "laketide_writer_leases"
 
 

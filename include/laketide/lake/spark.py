@@ -7,9 +7,9 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from laketide.catalog import jdbc_properties
 from laketide.config import REPO_ROOT, LaketideConfig
-from laketide.jars import jar_set
+from laketide.lake.catalog import jdbc_properties
+from laketide.lake.jars import jar_set
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,7 +11,7 @@ Idempotent: a manifest of input checksums is kept beside the jars; a second run 
 nothing. Users with a Maven repository set ``spark.packages`` in the configuration instead
 (``spark.jars.packages``), and this step is skipped.
 
-Run: ``python -m laketide.jars`` (prints what it did).
+Run: ``python -m laketide.lake.jars`` (prints what it did).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def _build_companion(jackson: list[Path], out: Path) -> None:
 
 def jar_set(jars_dir: Path) -> JarSet:
     """The provisioned jars in ``jars_dir``; raise JarsError naming what to run when one is missing."""
-    hint = "run `make jars` (python -m laketide.jars) to provision it"
+    hint = "run `make jars` (python -m laketide.lake.jars) to provision it"
     return JarSet(
         runtime=_need(jars_dir / RUNTIME_JAR, hint),
         companion=_need(jars_dir / COMPANION_JAR, hint),

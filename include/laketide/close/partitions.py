@@ -1,6 +1,6 @@
 """Partition status from metadata only: open, complete, empty, lagging, gap (see docs/operations.md).
 
-Plain functions over the snapshot summaries the writer leaves (``laketide.commits``), read incrementally
+Plain functions over the snapshot summaries the writer leaves (``laketide.lake.commits``), read incrementally
 from the last snapshot a check has seen, and over the landing zone's listing (names, sizes, times): no Spark,
 no data file read, neither of the table nor of the landing zone.
 """
@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from laketide.catalog import load_catalog
-from laketide.commits import PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.landing import HOUR, Landed, from_epoch_hours, hour_start, landed_files, partition_key
-from laketide.snapshots import Snap, TableNotFoundError, lineage
+from laketide.ingest.landing import HOUR, Landed, from_epoch_hours, hour_start, landed_files, partition_key
+from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
+from laketide.lake.snapshots import Snap, TableNotFoundError, lineage
 
 
 class State(StrEnum):

@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from laketide.lake.commits import SourceFiles
 
-log = logging.getLogger("laketide.internals")
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("laketide.lake.internals")
 JDBC_CATALOG = "org.apache.iceberg.jdbc.JdbcCatalog"
 
 
@@ -86,3 +88,64 @@ def reopen_sqlite_connections(spark: SparkSession, catalog: str) -> int:
         log.info("catalog %s: reopened %d SQLite connection(s) left in a read transaction by the catalog's "
                  "start-up", catalog, closed)
     return closed
+
+
+UNCOMMITTED_FILE_SET = "rewritten-file-scan-task-set-id"
+FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
+LOGICAL_RDD = "org.apache.spark.sql.execution.LogicalRDD"
+
+
+def batch_files(batch: DataFrame) -> SourceFiles:
+    """Names of the landing files a micro-batch reads (as ``_metadata.file_name``), from its plan, with the
+    size and modification time Spark listed for each (the source position ``commits.summary_properties``
+    records: a file changed after ingest is told by them).
+
+    Spark lists them in the file scan it planned for the batch; reading them there costs no pass over the
+    rows. Empty files are not in it (Spark's scan makes no split of them). Raises when the plan holds no
+    file scan (a Spark whose plans differ from 3.5's)."""
+    execution = batch._jdf.queryExecution()
+    plan = execution.logical()
+    # a foreachBatch micro-batch is an RDD Spark already planned: walk it rather than plan the batch again
+    pending = [plan.rdd() if plan.getClass().getName() == LOGICAL_RDD else execution.toRdd()]
+    stats: dict[str, tuple[int, int]] = {}  # name -> (size, modification ms)
+    scans = 0
+    while pending:
+        rdd = pending.pop()
+        if rdd.getClass().getName() == FILE_SCAN_RDD:
+            scans += 1
+            partitions = rdd.filePartitions()
+            for i in range(partitions.size()):
+                for f in partitions.apply(i).files():  # PartitionedFile: one split of a file
+                    name = str(f.toPath().getName())
+                    if name not in stats:
+                        stats[name] = (int(f.fileSize()), int(f.modificationTime()))
+        dependencies = rdd.dependencies().iterator()
+        while dependencies.hasNext():
+            pending.append(dependencies.next().rdd())
+    if not scans:
+        raise RuntimeError(
+            f"no {FILE_SCAN_RDD} in the plan of the micro-batch: cannot name its landing files "
+            "(laketide reads them from Spark 3.5's file scan; check the pyspark version in requirements.txt)"
+        )
+    return SourceFiles(stats)
+
+
+class IcebergJvm:
+    """Iceberg's Java classes the writer calls per batch, looked up once: through py4j, each lookup of a
+    class by its dotted name costs a call per name part."""
+
+    def __init__(self, spark: SparkSession, catalog: str) -> None:
+        jvm: Any = spark._jvm
+        self.session = spark._jsparkSession
+        self.spark3util = jvm.org.apache.iceberg.spark.Spark3Util
+        self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        self.conversions = jvm.org.apache.iceberg.types.Conversions
+        self.metadata = jvm.org.apache.iceberg.TableMetadata
+        self.sqlite = SqlitePool(spark, catalog)
+        self.integer = jvm.java.lang.Class.forName("java.lang.Integer")
+
+    def table(self, name: str) -> Any:
+        """The Java Iceberg table ``name`` (``catalog.namespace.table``), freshly loaded."""
+        return self.spark3util.loadIcebergTable(self.session, name)
+
+

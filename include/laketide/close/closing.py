@@ -14,12 +14,12 @@ import json
 from datetime import datetime
 from typing import Any
 
+from laketide.close.partitions import State, check_partitions, partition_rows
+from laketide.close.status import StatusRecord, history, record
+from laketide.close.verify import Verification, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import HOUR, hour_start, parse_partition, partition_key
-from laketide.partitions import State, check_partitions, partition_rows
-from laketide.status import StatusRecord, history, record
-from laketide.verify import Verification, verify_partition
+from laketide.ingest.landing import HOUR, hour_start, parse_partition, partition_key
 
 
 class VerificationFailed(LaketideError):
@@ -89,7 +89,7 @@ def close_range(start: str | None, end: str | None, now: datetime, max_hours: in
 def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str], last: dict[str, Any],
                  now: datetime | None = None) -> list[dict[str, Any]]:
     """The decision of every hour of a run, oldest first: ``last`` is the sensor's for the last hour, the others
-    are checked now from metadata (together: :func:`laketide.partitions.check_partitions`).
+    are checked now from metadata (together: :func:`laketide.close.partitions.check_partitions`).
 
     Once the last hour is complete or empty every earlier one is too (its watermark or its idle, committed input
     covers them, and no backlog of the last hour or earlier means none of theirs): an hour that is not, e.g. a

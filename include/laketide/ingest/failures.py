@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from laketide.config import StreamConfig
 
-log = logging.getLogger("laketide.writer")
+log = logging.getLogger("laketide.ingest.writer")
 
 
 def record_path(stream: StreamConfig) -> Path:
@@ -36,7 +36,7 @@ def read(stream: StreamConfig) -> dict[str, Any] | None:
 
 
 def _files(batch: Any) -> list[str]:
-    from laketide.writer import batch_files
+    from laketide.lake.internals import batch_files
 
     try:
         return [str(f) for f in batch_files(batch)]
@@ -46,7 +46,7 @@ def _files(batch: Any) -> list[str]:
 
 def record(stream: StreamConfig, batch_id: int, batch: Any, exc: BaseException) -> None:
     """Count a failure of ``batch_id`` and log it with the batch's landing files and what to do."""
-    from laketide.sink import first_line
+    from laketide.ingest.sink import first_line
 
     previous = read(stream)
     attempts = previous["attempts"] + 1 if previous and previous.get("batch_id") == batch_id else 1

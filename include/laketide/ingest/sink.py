@@ -25,10 +25,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from laketide import commits
 from laketide.errors import CatalogUnavailableError, WriterFencedError
+from laketide.lake import commits
 
-log = logging.getLogger("laketide.sink")
+log = logging.getLogger("laketide.ingest.sink")
 T = TypeVar("T")
 MAIN_BRANCH = "main"
 

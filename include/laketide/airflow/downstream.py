@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from laketide.catalog import load_catalog
-from laketide.closing import parse_hour
+from laketide.close.closing import parse_hour
+from laketide.close.verify import partition_filter
 from laketide.config import LaketideConfig
-from laketide.landing import partition_key
-from laketide.verify import partition_filter
+from laketide.ingest.landing import partition_key
+from laketide.lake.catalog import load_catalog
 
 
 def hourly_summary(config: LaketideConfig, stream_name: str, partition: str) -> dict[str, Any]:

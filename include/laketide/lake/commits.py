@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laketide.errors import CheckpointMismatchError
-from laketide.landing import FileStat
-from laketide.snapshots import Snap, lineage
+from laketide.ingest.landing import FileStat
+from laketide.lake.snapshots import Snap, lineage
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -152,7 +152,7 @@ def check_checkpoint(
 
 class SourceFiles(list[str]):
     """The landing files of a batch (sorted names) with the size and modification time Spark listed for
-    each (``stats``): what ``writer.batch_files`` returns and ``summary_properties`` records."""
+    each (``stats``): what ``laketide.lake.internals.batch_files`` returns and ``summary_properties`` records."""
 
     def __init__(self, stats: Mapping[str, FileStat | tuple[int, int]]) -> None:
         super().__init__(sorted(stats))

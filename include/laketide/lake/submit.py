@@ -2,7 +2,7 @@
 
     laketide-submit ingest_stream.py --stream clicks --mode incremental
 
-builds the ``spark-submit`` command (``laketide.spark.submit_command``: master, catalog, jars, quiet
+builds the ``spark-submit`` command (``laketide.lake.spark.submit_command``: master, catalog, jars, quiet
 logging, the ``laketide`` package) from the configuration in force (``$LAKETIDE_CONFIG`` or
 ``conf/laketide.yaml``) and runs it; the exit code is the job's. ``--print`` shows the command instead.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     from laketide.config import get_config
     from laketide.errors import ConfigError
-    from laketide.spark import submit_command
+    from laketide.lake.spark import submit_command
 
     parser = argparse.ArgumentParser(prog="laketide-submit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.catalog import load_catalog
+from laketide.close.reconcile import event_time, reject_counts, source_positions
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.landing import HOUR, hour_start, inspect, partition_key, read_audits
-from laketide.reconcile import event_time, reject_counts, source_positions
+from laketide.ingest.landing import HOUR, hour_start, inspect, partition_key, read_audits
+from laketide.lake.catalog import load_catalog
 
 if TYPE_CHECKING:
     import pandas as pd

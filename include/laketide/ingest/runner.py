@@ -1,0 +1,163 @@
+"""The writer process: read the landing zone as a stream, hold the stream's lease, run until done or asked to
+stop (signal or stop file), and turn failures into one clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.errors import WriterFencedError
+from laketide.ingest import sink
+from laketide.ingest.landing import DATA_SUFFIX, data_dir
+from laketide.lake import commits
+from laketide.lake.catalog import load_catalog
+from laketide.lake.internals import SqlitePool
+from laketide.lake.lease import WriterLease, engine_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+from laketide.ingest.tables import ensure_tables
+from laketide.ingest.transforms import LANDED_AT
+from laketide.ingest.writer import BatchWriter
+
+log = logging.getLogger("laketide.ingest.runner")
+
+Mode = Literal["continuous", "incremental"]
+
+
+def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
+    """Landing data files as a stream of lines with their file's name and modification (landing) time."""
+    from pyspark.sql import functions as F
+
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", stream.max_files_per_trigger)
+        .option("pathGlobFilter", f"*{DATA_SUFFIX}")
+        .load(str(folder))
+        .select("value", F.col("_metadata.file_name").alias("_source_file"),
+                F.col("_metadata.file_modification_time").alias(LANDED_AT))
+    )
+
+
+def preflight(config: LaketideConfig, stream: StreamConfig) -> None:
+    """Refuse to start when checkpoint and table disagree (see ``commits.check_checkpoint``)."""
+    marker = commits.table_marker(load_catalog(config.catalog), stream.table, stream.writer_id)
+    state = commits.read_checkpoint(stream.checkpoint_path)
+    commits.check_checkpoint(stream.table, stream.writer_id, stream.checkpoint_path, state, marker)
+
+
+def stop_file(stream: StreamConfig) -> Path:
+    """Create this file to ask a running writer to stop between batches."""
+    return stream.checkpoint_path.parent / f"{stream.name}.stop"
+
+
+def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode) -> StreamingQuery:
+    writer = (
+        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream))
+        .option("checkpointLocation", str(stream.checkpoint_path))
+        .queryName(f"laketide-{stream.name}")
+    )
+    if mode == "incremental":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(stream.trigger_interval.total_seconds())} seconds")
+    return writer.start()
+
+
+def _await(query: StreamingQuery) -> bool:
+    """``query.awaitTermination(1)``; a failure raised by the batch function comes back as the laketide error
+    it was (Spark hands it over as text), so the caller sees one clear message, not a Java stack."""
+    from laketide.errors import CatalogUnavailableError
+
+    try:
+        return bool(query.awaitTermination(1))
+    except Exception as exc:
+        text = str(exc)
+        for error in (WriterFencedError, CatalogUnavailableError):
+            marker = f"{error.__module__}.{error.__name__}: "
+            if marker in text:
+                raise error(text.split(marker, 1)[1].splitlines()[0]) from exc
+        raise
+
+
+def lease_for(config: LaketideConfig, stream: StreamConfig, mode: Mode) -> WriterLease:
+    """The lease of ``stream``'s writer id (see ``laketide.lake.lease``), with what to do when it is held."""
+    hint = (f"If it is the continuous writer of the laketide_ingest_{stream.name} DAG, it already ingests "
+            f"everything that lands; to run a one-off ingestion instead, pause that DAG or create the stop file "
+            f"{stop_file(stream)}, then try again. If that process is dead, its lease expires "
+            f"{int(stream.writer_lease.total_seconds())}s after its last heartbeat (writer_lease).")
+    return WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, mode, hint)
+
+
+def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSession | None = None) -> None:
+    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous).
+
+    :raises WriterBusyError: another live writer holds the stream's lease
+    :raises WriterFencedError: this writer lost the stream to another one (lease or commit fence)
+    """
+    lease = lease_for(config, stream, mode)
+    lease.acquire()
+    try:
+        _run(config, stream, mode, lease, spark)
+    finally:
+        lease.release()
+
+
+def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
+         spark: SparkSession | None) -> None:
+    from laketide.lake.spark import build_session
+
+    spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
+    pool = SqlitePool(spark, config.catalog.name)  # starts the catalog (which leaves a stale connection on SQLite)
+
+    def create_tables() -> None:
+        pool.reopen()
+        ensure_tables(spark, config, stream)
+
+    sink.retrying(f"creating the tables of stream {stream.name}", create_tables, config.catalog.retry_timeout)
+    preflight(config, stream)
+    flag = stop_file(stream)
+    flag.unlink(missing_ok=True)
+    stopping: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    query = start(spark, config, stream, mode)
+    log.info("writer %s started in %s mode: %s -> %s", stream.writer_id, mode, stream.landing_path, stream.table)
+    lost = False
+    try:
+        while not _await(query):
+            if not lease.renew():
+                lost = True
+                log.error("writer %s: another writer took over the stream; stopping now", stream.writer_id)
+                query.stop()
+                break
+            if flag.exists() and not stopping:
+                stopping.append(f"stop file {flag}")
+            if stopping and not query.status["isTriggerActive"]:
+                log.info("stopping between batches (%s)", stopping[0])
+                query.stop()
+                flag.unlink(missing_ok=True)
+                break
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if lost:
+        raise WriterFencedError(
+            f"writer {stream.writer_id!r} lost its lease to another writer of stream {stream.name!r} (this one "
+            "was silent for longer than writer_lease: frozen, cut off or overloaded); it stopped so that only one "
+            "writer commits. Nothing is lost: the other writer goes on from the shared checkpoint."
+        )
+    progress = query.lastProgress
+    log.info("writer %s finished; last progress: %s", stream.writer_id, json.dumps(progress or {})[:500])

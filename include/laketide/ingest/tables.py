@@ -1,0 +1,65 @@
+"""The stream's two Iceberg tables: DDL and table properties (events: hidden hour partition; rejects).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.ingest.transforms import spark_type
+from laketide.maintain.plan import COMMIT_RETRY_PROPERTIES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+EVENTS_PROPERTIES = {
+    "format-version": "2",
+    # no shuffle before the write: a fanout writer keeps one file open per hour instead
+    "write.distribution-mode": "none",
+    "write.spark.fanout.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+    # how maintenance commits (compaction, manifests, expiry) retry against this writer (see that constant)
+    **COMMIT_RETRY_PROPERTIES,
+}
+REJECTS_COLUMNS = (
+    "raw string, reason string, source_file string, event_hour timestamp, "
+    "batch_id bigint, writer_id string, rejected_at timestamp"
+)
+
+
+def events_properties(stream: StreamConfig) -> dict[str, str]:
+    """Table properties of a stream's events table (the rejects table has ``EVENTS_PROPERTIES``)."""
+    # the writer reads each batch's event-time range from the data files' bounds of this column
+    # and the number of rejects from the null counts of _source_file (see BatchWriter._read_staged)
+    return {
+        **EVENTS_PROPERTIES, f"write.metadata.metrics.column.{stream.event_time_field}": "full",
+        "write.metadata.metrics.column._source_file": "counts",
+    }
+
+
+def create_events_table(spark: SparkSession, name: str, stream: StreamConfig) -> None:
+    """Create ``name`` (``catalog.namespace.table``) as the events table of ``stream`` unless it exists:
+    the stream's fields, ``_source_file``, ``_batch_id``, hidden partition by hour of event time."""
+    columns = ", ".join(f"`{n}` {spark_type(s.type).simpleString()}" for n, s in stream.fields.items())
+    props = ", ".join(f"'{k}'='{v}'" for k, v in events_properties(stream).items())
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {name} ({columns}, _source_file string, _batch_id bigint) "
+        f"USING iceberg PARTITIONED BY (hours(`{stream.event_time_field}`)) TBLPROPERTIES ({props})"
+    )
+
+
+def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
+    """Create the namespace, events table (hidden partition: hour of event time) and rejects table."""
+    cat = config.catalog.name
+    for ns in sorted({stream.table.split(".")[0], stream.rejects_table.split(".")[0]}):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{ns}")
+    create_events_table(spark, f"{cat}.{stream.table}", stream)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in EVENTS_PROPERTIES.items())
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {cat}.{stream.rejects_table} ({REJECTS_COLUMNS}) "
+        f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({props})"
+    )
+
+

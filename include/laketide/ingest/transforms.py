@@ -1,0 +1,421 @@
+"""Parse and validate landing lines: pure DataFrame -> DataFrame transforms, one reason per bad line.
+
+``parse_lines`` and :class:`Validator` turn the lines ``runner.extract`` reads into typed rows and reasons;
+``rejected_rows`` shapes the rejects table's rows. Nothing here touches a table.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from laketide.config import StreamConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+
+CORRUPT = "_corrupt_record"
+LANDED_AT = "_landed_at"
+# Iceberg's write option for writes whose files are committed by the caller (its compaction uses it): the
+# data files are written, then handed to FileRewriteCoordinator under this id instead of being committed
+STRICT_JSON = {"allowSingleQuotes": "false"}
+#: characters of an over-long line kept in the rejects table's ``raw`` (the landing file keeps the whole line)
+RAW_PREFIX_CHARS = 1024
+#: the time of day of a timestamp value: minutes, optional seconds, optional fraction (1 to 9 digits)
+CLOCK = "HH:mm[:ss[.SSSSSSSSS]]"
+TIMESTAMP_EXAMPLE = "2026-11-22T03:15:07.123Z"
+
+
+
+def spark_type(kind: str) -> DataType:
+    """The Spark type of a field type of the configuration (``FieldSpec.type``)."""
+    from pyspark.sql import types as T
+
+    return {
+        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
+        "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
+    }[kind]
+
+
+def record_schema(stream: StreamConfig) -> StructType:
+    """The typed record schema of a stream."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(n, spark_type(spec.type), nullable=True) for n, spec in stream.fields.items()])
+
+
+def timestamp_formats(stream: StreamConfig) -> tuple[str, str | None]:
+    """The Spark datetime patterns a timestamp value of ``stream`` must match: the JSON reader's, and one tried
+    on values the first refuses (None when there is none).
+
+    By default a value needs a date, a time and a UTC offset. The reader takes one pattern, and no pattern
+    takes both ``+05:30`` and ``+0530`` while requiring one of them (an optional offset lets a value without
+    one through, read in the reader's time zone): the first pattern takes ``Z`` and ``+05:30``, the second
+    ``Z``, ``+05`` and ``+0530``. With ``allow_timestamps_without_offset`` the offset is optional (the value
+    is read as UTC); with ``allow_date_only_timestamps`` a date alone is read as midnight UTC.
+
+    Every pattern holds an optional section ("["): a value the pattern refuses then reads as null. Spark
+    raises instead (failing the batch) when its legacy parser, given the same pattern, accepts a value
+    the new one refuses; to the legacy parser "[" is a literal that no accepted value holds.
+    """
+    if stream.allow_timestamps_without_offset:
+        clocks: tuple[str, ...] = (f"{CLOCK}[XXX][X]",)
+    else:
+        clocks = (f"{CLOCK}XXX", f"{CLOCK}X")
+    if stream.allow_date_only_timestamps:
+        formats = [f"yyyy-MM-dd['T'{clock}]" for clock in clocks]
+    else:
+        formats = [f"yyyy-MM-dd'T'{clock}" for clock in clocks]
+    return formats[0], (formats[1] if len(formats) > 1 else None)
+
+
+def timestamp_rule(stream: StreamConfig) -> str:
+    """What a timestamp value of ``stream`` needs, for the reasons of rejected lines."""
+    date_only, no_offset = stream.allow_date_only_timestamps, stream.allow_timestamps_without_offset
+    if date_only and no_offset:
+        needs = "a date, or a date and a time"
+    elif date_only:
+        needs = "a date alone, or a date, a time and a UTC offset"
+    elif no_offset:
+        needs = "a date and a time"
+    else:
+        needs = "a date, a time and a UTC offset"
+    return f"needs {needs} (ISO 8601, e.g. {TIMESTAMP_EXAMPLE})"
+
+
+def json_options(stream: StreamConfig) -> dict[str, str]:
+    """Options of the JSON reader that parses a stream's lines.
+
+    Spark's JSON reader falls back to a lenient timestamp parse (a date alone, no offset, a space for the
+    'T', a zone name) unless a ``timestampFormat`` is given; the fallback is also switched off explicitly,
+    so that ``spark.sql.json.enableDateTimeParsingFallback`` cannot switch it back on. A value that does
+    not match reads as null (then the line is rejected: the field is not a valid timestamp). The time
+    zone applies only to the values the stream allows without an offset."""
+    return {
+        **STRICT_JSON, "timestampFormat": timestamp_formats(stream)[0], "timeZone": "UTC",
+        "enableDateTimeParsingFallback": "false",
+    }
+
+
+def batch_parameter(value: int) -> Column:
+    """``value`` as a bigint column that Spark keeps out of the code it generates.
+
+    Spark compiles each stage of a query to Java and caches the class by its source text. A long literal
+    is written into that text, so a value that changes with every micro-batch (the batch id) would cost a
+    compilation of the whole stage per batch: about 0.1 s here, a few per cent of a batch. An array
+    literal is handed to the class as a parameter instead, and reading its element at an index the
+    optimizer cannot compute (the partition id times 0) keeps it from folding the value back into a long
+    literal. Reading it costs a few nanoseconds per row. One SQL expression: a single call into the JVM.
+    """
+    from pyspark.sql import functions as F
+
+    return F.expr(f"array(CAST({int(value)} AS BIGINT))[spark_partition_id() * 0]")
+
+
+def _human(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0 and seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _opens_object(raw: Column) -> Column:
+    """The line opens a JSON object, maybe after whitespace (only lines not starting with "{" pay the trim)."""
+    from pyspark.sql import functions as F
+
+    return raw.startswith("{") | F.ltrim(raw).startswith("{")
+
+
+def fits(raw: Column, stream: StreamConfig) -> Column:
+    """The line is at most ``max_line_bytes`` long.
+
+    Bytes, not characters: the text source keeps each line as UTF-8 bytes (Spark's UTF8String), whose byte
+    length is a stored field (``octet_length``: one comparison per line) while its length in characters
+    (``length``) takes a pass over the line. Bytes are also what a line costs in memory and on disk."""
+    from pyspark.sql import functions as F
+
+    return F.octet_length(raw) <= F.lit(stream.max_line_bytes)
+
+
+def too_long_reason(raw: Column, stream: StreamConfig) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.concat(
+        F.lit("line of "), F.octet_length(raw).cast("string"),
+        F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})"),
+    )
+
+
+class Parsed:
+    """A line and its record as Spark expressions: ``record``, the line parsed with the stream's schema (null
+    when the line holds no JSON token: a blank line, and when it is longer than ``max_line_bytes``: then it
+    is never parsed), ``raw``, the line, and the latest event time accepted for it (its landing time +
+    ``max_future``). The validity test and the reasons are built on these, so they cannot drift apart."""
+
+    def __init__(self, stream: StreamConfig, record: Column, raw: Column, landed_at: Column) -> None:
+        from pyspark.sql import functions as F
+
+        self.stream = stream
+        self.record = record
+        self.raw = raw
+        self.fits = fits(raw, stream)
+        future = stream.max_future // timedelta(microseconds=1)
+        self.latest = F.timestamp_micros(F.unix_micros(landed_at) + future)
+        self._fields = {name: self._field(name, spec.type) for name, spec in stream.fields.items()}
+
+    def _field(self, name: str, kind: str) -> Column:
+        """Field ``name`` of the record. A timestamp the reader refused is read again with the second
+        pattern of ``timestamp_formats`` (offsets without a colon), only then: a value the reader took
+        costs one null test more, an optional timestamp absent from the line a search for its key."""
+        from pyspark.sql import functions as F
+
+        value = self.record[name]
+        second = timestamp_formats(self.stream)[1] if kind == "timestamp" else None
+        if second is None:
+            return value
+        present = self.fits & (F.instr(self.raw, f'"{name}"') > 0)
+        text = F.get_json_object(self.raw, f"$.{name}")
+        return F.coalesce(value, F.when(present, F.try_to_timestamp(text, F.lit(second))))
+
+    def field(self, name: str) -> Column:
+        return self._fields[name]
+
+    def present(self) -> Column:
+        """The line is a record: it is not blank (a line too long to parse is one)."""
+        return self.record.isNotNull() | ~self.fits
+
+    def holds_replacement(self) -> Column | None:
+        """A parsed string value holds U+FFFD (None for a stream without string fields).
+
+        The text source keeps raw bytes; the JSON reader decodes an invalid sequence inside a string value to
+        U+FFFD. Only then is the exact test (``reencoding_changes``) worth running."""
+        probes = [self.field(n).contains("\ufffd") for n, spec in self.stream.fields.items() if spec.type == "string"]
+        return functools.reduce(operator.or_, probes) if probes else None
+
+    def reencoding_changes(self) -> Column:
+        """Re-encoding the line through a Java string changes it: the line is not valid UTF-8."""
+        from pyspark.sql import functions as F
+
+        return self.raw.cast("binary") != F.encode(self.raw, "UTF-8")
+
+    def time_in_range(self) -> Column:
+        """The event time lies in ``[min_event_time, latest]``."""
+        from pyspark.sql import functions as F
+
+        event_time = self.field(self.stream.event_time_field)
+        return (event_time >= F.lit(datetime.fromisoformat(self.stream.min_event_time))) & (event_time <= self.latest)
+
+    def unreadable(self, name: str) -> Column:
+        """Field ``name`` was read as null, yet the line holds a non-null value for it: a value of the wrong
+        type. The line is searched only when the field is null (the key's text first, then a JSON lookup)."""
+        from pyspark.sql import functions as F
+
+        return (
+            self.field(name).isNull() & (F.instr(self.raw, f'"{name}"') > 0)
+            & F.get_json_object(self.raw, f"$.{name}").isNotNull()
+        )
+
+    def valid(self) -> Column:
+        """True when the line is a valid event, else false.
+
+        A line is valid when it opens a JSON object, every required field is present and readable, every
+        optional field is readable or absent, the event time is in range and, when a string value holds
+        U+FFFD, the line is valid UTF-8. Spark's JSON reader leaves a field null when its value has the
+        wrong type (every field, when the line is not JSON), so the test reads the fields; the line itself
+        is searched only for an optional field read as null. For a valid line with every field present it
+        costs a few compiled comparisons.
+        """
+        valid = _opens_object(self.raw)
+        for name, spec in self.stream.fields.items():
+            if spec.required:
+                valid = valid & self.field(name).isNotNull()
+        valid = valid & self.time_in_range()
+        replaced = self.holds_replacement()
+        if replaced is not None:
+            valid = valid & ~(replaced & self.reencoding_changes())
+        for name, spec in self.stream.fields.items():
+            if not spec.required:
+                valid = valid & ~self.unreadable(name)
+        return valid
+
+    def reason(self) -> Column:
+        """First problem of a line that ``valid`` refuses, or null for a valid line.
+
+        Computed for refused lines only. Every one gets a reason: the checks cover each condition of
+        ``valid``, built from the same conditions, and the last one catches anything else.
+        """
+        from pyspark.sql import functions as F
+
+        stream, raw = self.stream, self.raw
+        opens_object = _opens_object(raw)
+        # the strict parse tells lines that no JSON reader accepts from those only a lenient one does
+        syntax = F.from_json(raw, f"struct<{CORRUPT}:string>", {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
+        })[CORRUPT].isNotNull()
+        checks: list[Column] = [
+            # first: the other checks read the line, which a line too long must never cost
+            F.when(~self.fits, too_long_reason(raw, stream)),
+            F.when(self.reencoding_changes(), F.lit("invalid UTF-8 encoding")),
+            F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
+            F.when(opens_object & syntax, F.lit("malformed JSON")),
+            F.when(~opens_object, F.lit("not a JSON object")),
+        ]
+        rule = timestamp_rule(stream)
+        for name, spec in stream.fields.items():
+            why = f"field {name!r} is not a valid {spec.type}" + (f": {rule}" if spec.type == "timestamp" else "")
+            checks.append(F.when(self.unreadable(name), F.lit(why)))
+        for name, spec in stream.fields.items():
+            if spec.required:
+                checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
+        low = datetime.fromisoformat(stream.min_event_time)
+        checks.append(
+            F.when(
+                ~self.time_in_range(),
+                F.concat(
+                    F.lit(f"event time out of range [{low.isoformat()}, landing time + {_human(stream.max_future)}]: "),
+                    F.date_format(self.field(stream.event_time_field), "yyyy-MM-dd'T'HH:mm:ssXXX"),
+                ),
+            )
+        )
+        checks.append(F.lit("malformed record"))
+        return F.when(~self.valid(), F.coalesce(*checks))
+
+
+class Validator:
+    """The parse and the checks of one stream's lines as Spark expressions, built once (the staged rows' on
+    the first batch, the reasons' on the first batch with rejects): building them takes hundreds of py4j
+    calls, too many to repeat for every micro-batch."""
+
+    def __init__(self, stream: StreamConfig) -> None:
+        from pyspark.sql import functions as F
+
+        self.stream = stream
+        raw = F.col("value")
+        self._read = [raw.alias("_raw"), F.col("_source_file"), F.col(LANDED_AT), self._parse(raw).alias("_p")]
+        self._parsed = Parsed(stream, F.col("_p"), F.col("_raw"), F.col(LANDED_AT))
+        self._staged: tuple[str, list[Column]] | None = None
+
+    def _parse(self, raw: Column) -> Column:
+        """The line parsed with the stream's schema, unless it is longer than ``max_line_bytes`` (then null).
+
+        An option must be given: without one, Spark's optimizer gives each field read from the result its
+        own parse of the line. The length test guards the parse's input, not its result: the reader gets
+        null for a line too long (and returns null without reading anything). Guarding the result, a CASE
+        WHEN around the parse, would not do: Spark 3.5's optimizer pushes each field access and null test
+        into the CASE, then no two of them share the parse and each reparses the line. As written, common
+        subexpression elimination still evaluates the parse once per line (checked in the generated code)."""
+        from pyspark.sql import functions as F
+
+        stream = self.stream
+        return F.from_json(F.when(fits(raw, stream), raw), record_schema(stream), json_options(stream))
+
+    def _staged_columns(self, lines: DataFrame) -> list[Column]:
+        """The columns of ``staged_rows``, built on the columns of ``lines`` itself.
+
+        Columns named by text (``F.col``) are looked up again each time a DataFrame is built from them;
+        with many references to the parse, that costs Spark about 20 ms per micro-batch. Columns taken
+        from the DataFrame are already resolved. The micro-batches of one streaming query share their
+        input columns, so the expressions are rebuilt only when those differ (their ids are compared).
+        Spark evaluates the parse once per line however often the expressions refer to it (common
+        subexpression elimination).
+        """
+        from pyspark.sql import functions as F
+
+        key = str(lines._jdf.queryExecution().analyzed().output().toString())  # names with ids: value#0, ...
+        if self._staged is None or self._staged[0] != key:
+            raw = lines["value"]
+            record = self._parse(raw)
+            parsed = Parsed(self.stream, record, raw, lines[LANDED_AT])
+            valid = parsed.valid()
+            time_field = self.stream.event_time_field
+            columns = [
+                *[(F.when(valid, parsed.field(n)) if n == time_field else parsed.field(n)).alias(n)
+                  for n in self.stream.fields],
+                # blank lines are not records: their rows (in the null hour partition) carry no source file
+                F.when(parsed.present(), lines["_source_file"]).alias("_source_file"),
+            ]
+            self._staged = (key, columns)
+        return self._staged[1]
+
+    def read(self, lines: DataFrame) -> DataFrame:
+        """Each line that is not blank, parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p`` (the
+        record, see ``Parsed``; null for a line over ``max_line_bytes``, which is kept: it is no blank line).
+
+        Nothing in it depends on when the batch runs: a replayed batch splits valid and rejected lines
+        exactly as its first attempt did."""
+        return lines.select(*self._read).where(self._parsed.present())
+
+    @functools.cached_property
+    def _checked(self) -> list[Column]:
+        # built on first use: only batches with rejects need the reasons
+        from pyspark.sql import functions as F
+
+        parsed = self._parsed
+        return [
+            *[parsed.field(name).alias(name) for name in self.stream.fields], parsed.raw, F.col("_source_file"),
+            parsed.reason().alias("_error"),
+        ]
+
+    def check(self, read: DataFrame) -> DataFrame:
+        """The output of ``read`` as the stream's fields, ``_raw``, ``_source_file`` and the checks' result,
+        ``_error`` (null when the line is valid)."""
+        return read.select(*self._checked)
+
+    def parse_lines(self, lines: DataFrame) -> DataFrame:
+        """``check(read(lines))``: see the module function ``parse_lines``."""
+        return self.check(self.read(lines))
+
+    def staged_rows(self, lines: DataFrame, batch_id: int) -> DataFrame:
+        """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
+        plus the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
+        partition: the writer counts the rejects in those files (the rows with a source file; blank lines
+        have none), then deletes them.
+
+        One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
+        valid line, no JSON function besides the parse: the split costs one compiled test per line."""
+        return lines.select(*self._staged_columns(lines), batch_parameter(batch_id).alias("_batch_id"))
+
+
+def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
+    """Parse and validate landing lines.
+
+    :param lines: columns ``value`` (one line), ``_source_file`` (landing file name) and ``_landed_at`` (when
+        the file landed: the reference for rejecting event times from the future); blank lines are not
+        records and are dropped. A line longer than the stream's ``max_line_bytes`` is rejected without
+        being parsed (its fields are null).
+    :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
+    """
+    return Validator(stream).parse_lines(lines)
+
+
+def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime) -> DataFrame:
+    """Rows for the rejects table: the raw line, the reason, where it came from, and the hour of its event
+    time when one can be read (reconciliation attributes rejects through their source file).
+
+    A line longer than ``max_line_bytes`` keeps only its first ``RAW_PREFIX_CHARS`` characters and a marker
+    with its length in ``raw`` (no hour is read from it): the rows never hold more than that, so the
+    rejects pass (it caches these rows) and the rejects table stay small whatever lands."""
+    from pyspark.sql import functions as F
+
+    time_field = stream.event_time_field
+    raw, short = F.col("_raw"), fits(F.col("_raw"), stream)
+    loose = F.when(short, F.to_timestamp(F.get_json_object(raw, f"$.{time_field}")))
+    # a line over max_line_bytes keeps its start and a marker; the landing file keeps the whole line
+    cut = F.concat(
+        F.substring(raw, 1, RAW_PREFIX_CHARS),
+        F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
+    )
+    return parsed.where(F.col("_error").isNotNull()).select(
+        F.when(short, raw).otherwise(cut).alias("raw"),
+        F.col("_error").alias("reason"),
+        F.col("_source_file").alias("source_file"),
+        F.date_trunc("hour", F.coalesce(F.col(time_field), loose)).alias("event_hour"),
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        F.lit(stream.writer_id).alias("writer_id"),
+        F.lit(now).alias("rejected_at"),
+    )

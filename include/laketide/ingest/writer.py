@@ -1,0 +1,263 @@
+"""The exactly-once ``foreachBatch`` sink: one micro-batch -> events table + rejects table, once.
+
+:class:`BatchWriter` stages the batch's data files (one pass), checks them against a second, cheap pass,
+and publishes both tables through the fenced commit of ``laketide.ingest.sink`` (see ``laketide.lake.commits``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.dev import faults
+from laketide.ingest import failures, sink
+from laketide.ingest.landing import EPOCH, from_epoch_hours, partition_key
+from laketide.lake import commits
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+from laketide.ingest.transforms import Validator, rejected_rows
+from laketide.lake.internals import UNCOMMITTED_FILE_SET, IcebergJvm, batch_files
+
+log = logging.getLogger("laketide.ingest.writer")
+
+def _utc(value: datetime) -> datetime:
+    """PySpark hands timestamps back as naive local times; Python reads naive as local too."""
+    return value.astimezone(UTC)
+
+
+def summary_key(hour: datetime | None) -> str:
+    """Partition key of an hour in summaries (``landing.partition_key``), or 'unknown'."""
+    return "unknown" if hour is None else partition_key(_utc(hour))
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else _utc(value).isoformat()
+
+
+def _from_micros(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    return EPOCH + timedelta(microseconds=int(value))
+
+
+def _later(*values: str | None) -> str | None:
+    """The latest of ISO UTC timestamps written by ``_iso`` (same format, so text order is time order)."""
+    present = [v for v in values if v]
+    return max(present) if present else None
+
+
+@dataclass
+class Staged:
+    """The data files written by a batch's pre-commit, not yet in any snapshot, and what they hold."""
+
+    table: Any  # the Java Iceberg table, loaded after the write (py4j)
+    data_files: list[Any]  # Java DataFile objects (py4j) of the valid rows, to publish
+    rows: dict[str, int]  # valid rows per partition key
+    rejected: int  # rows of the null hour partition with a source file: the rejected lines (never published)
+    min_event_time: int | None  # epoch microseconds, from the files' column bounds
+    max_event_time: int | None
+
+    @property
+    def valid(self) -> int:
+        return sum(self.rows.values())
+
+
+
+class BatchWriter:
+    """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
+
+    1. pre-commit: every line is written in ONE pass over the batch as data files of the events table that
+       no snapshot references yet (the Spark write hands them back instead of committing them), the
+       rejected ones (and blank lines) with a null event time (``Validator.staged_rows``). The valid rows per
+       partition, the number of rejects (the null partition's rows that have a source file) and the
+       event-time range are read from the files' metadata (record counts, null counts, column bounds); the
+       batch's landing files from its plan (``batch_files``);
+    2. the rejects, if any, are written the same way to the rejects table and published (a second pass,
+       only for batches with rejects);
+    3. commit: one atomic catalog swap appends the data files of the valid rows to the events table with
+       the full summary (writer id, batch id, source files, rows per partition, event-time range,
+       watermark). The files of the null partition are deleted, never committed.
+
+    Both publishes are fenced (``laketide.ingest.sink.publish``): they commit only on top of the writer's commit
+    the batch started from, so a replaced writer that wakes up cannot commit a batch twice. A replayed batch
+    already committed is skipped (``commits.should_write``, read from the Java table the commit goes to);
+    the files of a batch killed before its commit are in no snapshot: orphans for the cleaner. A busy or
+    unreachable catalog is waited out (``sink.retrying``, up to ``catalog.retry_timeout``).
+    """
+
+    def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
+        self.config = config
+        self.stream = stream
+        self.prefix = config.catalog.name
+        self.validator = Validator(stream)
+        self.timeout = config.catalog.retry_timeout
+        self._iceberg: IcebergJvm | None = None
+
+    def iceberg(self, spark: SparkSession) -> IcebergJvm:
+        self._iceberg = self._iceberg or IcebergJvm(spark, self.prefix)
+        return self._iceberg
+
+    def _write_uncommitted(self, df: DataFrame, table: str, file_set: str) -> tuple[Any, Any]:
+        """Write ``df`` as data files of ``table`` that no snapshot references; return the Java table and
+        the written files."""
+        name = f"{self.prefix}.{table}"
+        df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
+        iceberg = self.iceberg(df.sparkSession)
+        jtable = iceberg.table(name)
+        try:
+            written = iceberg.coordinator.fetchNewFiles(jtable, file_set)  # raises when the write handed back nothing
+        finally:
+            iceberg.coordinator.clearRewrite(jtable, file_set)
+        return jtable, written
+
+    def _stage(self, df: DataFrame, file_set: str) -> Staged:
+        """Write ``df`` as data files of the events table without committing them; return what they hold."""
+        jtable, written = self._write_uncommitted(df, self.stream.table, file_set)
+        return self._read_staged(self.iceberg(df.sparkSession), jtable, written)
+
+    def _read_staged(self, iceberg: IcebergJvm, table: Any, written: Any) -> Staged:
+        schema = table.schema()
+        time_field = schema.findField(self.stream.event_time_field)
+        field_id, field_type = time_field.fieldId(), time_field.type()
+        source_id = schema.findField("_source_file").fieldId()
+        conversions, integer = iceberg.conversions, iceberg.integer
+        staged = Staged(table, [], {}, 0, None, None)
+        it = written.iterator()
+        while it.hasNext():
+            data_file = it.next()
+            count = int(data_file.recordCount())
+            hour = data_file.partition().get(0, integer)  # hours since the epoch (hours transform)
+            if hour is None:  # rejected and blank lines (see Validator.staged_rows): counted, then deleted
+                nulls = data_file.nullValueCounts()
+                blank = None if nulls is None else nulls.get(source_id)
+                if blank is None:
+                    raise RuntimeError(
+                        f"data file {data_file.location()} of {self.stream.table} has no null count for "
+                        "'_source_file': keep column metrics for it (table property "
+                        "write.metadata.metrics.column._source_file=counts)"
+                    )
+                staged.rejected += count - int(blank)
+                table.io().deleteFile(data_file.location())
+                continue
+            staged.data_files.append(data_file)
+            key = summary_key(from_epoch_hours(hour))
+            staged.rows[key] = staged.rows.get(key, 0) + count
+            if count == 0:
+                continue
+            lower, upper = data_file.lowerBounds(), data_file.upperBounds()
+            low = None if lower is None else lower.get(field_id)
+            high = None if upper is None else upper.get(field_id)
+            if low is None or high is None:
+                raise RuntimeError(
+                    f"data file {data_file.location()} of {self.stream.table} has no bounds for "
+                    f"{self.stream.event_time_field!r}: keep column metrics for it (table property "
+                    f"write.metadata.metrics.column.{self.stream.event_time_field}=full)"
+                )
+            lo, hi = int(conversions.fromByteBuffer(field_type, low)), int(conversions.fromByteBuffer(field_type, high))
+            staged.min_event_time = lo if staged.min_event_time is None else min(staged.min_event_time, lo)
+            staged.max_event_time = hi if staged.max_event_time is None else max(staged.max_event_time, hi)
+        return staged
+
+    def _publish(self, table: Any, data_files: list[Any], props: dict[str, str], batch_id: int,
+                 expected: commits.Marker | None) -> int:
+        """Append ``data_files`` to the Java ``table`` in one fenced commit carrying ``props``; return the new
+        snapshot id (see ``sink.publish``)."""
+        assert self._iceberg is not None
+        return sink.publish(self._iceberg.metadata, table, data_files, props, self.stream.writer_id, batch_id,
+                            expected, self.timeout, self._iceberg.sqlite.reopen)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Commit micro-batch ``batch_id`` once; a busy or unreachable catalog is waited out."""
+        stream = self.stream
+
+        def write() -> None:
+            self._write(batch, batch_id)
+
+        try:
+            sink.retrying(f"batch {batch_id} of {stream.name}", write, self.timeout)
+        except Exception as exc:
+            failures.record(stream, batch_id, batch, exc)
+            raise
+        failures.clear(stream, batch_id)
+
+    def _write(self, batch: DataFrame, batch_id: int) -> None:
+        faults.maybe_pause("batch_start", batch_id)
+        started = time.monotonic()
+        stream = self.stream
+        iceberg = self.iceberg(batch.sparkSession)
+        events_table = iceberg.table(f"{self.prefix}.{stream.table}")
+        events_marker = sink.table_marker(events_table, stream.writer_id)
+        if not commits.should_write(batch_id, events_marker):
+            log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
+            return
+        now = datetime.now(UTC).replace(microsecond=0)
+        files = batch_files(batch)
+        file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
+        planned = time.monotonic()
+        staged = self._stage(self.validator.staged_rows(batch, batch_id), file_set)
+        staged_at = time.monotonic()
+        valid, rejected = staged.valid, staged.rejected
+        faults.maybe_pause("before_commit", batch_id)
+
+        batch_max = _iso(_from_micros(staged.max_event_time))
+        watermark = _later(events_marker.watermark if events_marker else None, batch_max)
+        extra: dict[str, Any] = {
+            commits.VALID_ROWS: valid,
+            commits.REJECTED_ROWS: rejected,
+            commits.MIN_EVENT_TIME: _iso(_from_micros(staged.min_event_time)),
+            commits.MAX_EVENT_TIME: batch_max,
+            commits.WATERMARK: watermark,
+        }
+        if rejected:  # the rejects table is read only for batches that have rejects (its publish is fenced)
+            rejects_table = iceberg.table(f"{self.prefix}.{stream.rejects_table}")
+            rejects_marker = sink.table_marker(rejects_table, stream.writer_id)
+            if commits.should_write(batch_id, rejects_marker):
+                self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
+        faults.maybe_pause("between_tables", batch_id)
+        published = time.monotonic()
+        props = commits.summary_properties(stream.writer_id, batch_id, files, staged.rows, extra)
+        snapshot_id = self._publish(staged.table, staged.data_files, props, batch_id, events_marker)
+        faults.maybe_pause("after_commit", batch_id)
+        done = time.monotonic()
+        log.info(
+            "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "
+            "(plan %.2fs, pre-commit %.2fs, rejects %.2fs, commit %.2fs; %.2fs)",
+            batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started, staged_at - planned,
+            published - staged_at, done - published, done - started,
+        )
+
+    def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
+                extra: dict[str, Any], marker: commits.Marker | None) -> None:
+        """Commit the batch's rejected lines to the rejects table (a second pass over the batch), fenced like
+        the events. The rows per hour come from the written files' metadata: no row reaches the driver."""
+        stream = self.stream
+        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now)
+        file_set = f"laketide-{stream.writer_id}-{batch_id}-rejects-{uuid.uuid4().hex[:12]}"
+        jtable, written = self._write_uncommitted(rejects, stream.rejects_table, file_set)
+        integer = self.iceberg(batch.sparkSession).integer
+        data_files: list[Any] = []
+        by_hour: dict[str, int] = {}
+        it = written.iterator()
+        while it.hasNext():
+            data_file = it.next()
+            hour = data_file.partition().get(0, integer)
+            key = summary_key(None if hour is None else from_epoch_hours(hour))
+            by_hour[key] = by_hour.get(key, 0) + int(data_file.recordCount())
+            data_files.append(data_file)
+        if sum(by_hour.values()) != expected:
+            raise RuntimeError(
+                f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
+                "(rows staged in the null hour partition): the two passes over the batch disagree; "
+                "nothing was committed"
+            )
+        props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
+        self._publish(jtable, data_files, props, batch_id, marker)
+
+
