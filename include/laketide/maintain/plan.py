@@ -257,7 +257,7 @@ def check_orphan_location(table: str, location: str, keep: Mapping[str, str]) ->
     :param keep: description -> local path of every folder that must survive
     :raises MaintenanceRequestError: naming the folder
     """
-    from laketide.config import _inside, _local_path
+    from laketide.config.values import _inside, _local_path
 
     root = _local_path(location)
     if root is None:
