@@ -88,7 +88,8 @@ for _stream in _config.streams:
 
             from airflow.sdk.exceptions import AirflowFailException
 
-            from laketide.close.closing import RangeError, close_range, parse_hour
+            from laketide.close.closing import close_range, parse_hour
+            from laketide.errors import RangeError
             from laketide.ingest.landing import partition_key
 
             params = context["params"]
@@ -119,8 +120,9 @@ for _stream in _config.streams:
 
         @task(max_active_tis_per_dagrun=4)
         def verify(decision: dict[str, Any], stream: str = _name, **context: Any) -> dict[str, Any]:
-            from laketide.close.closing import VerificationFailed, parse_hour
+            from laketide.close.closing import parse_hour
             from laketide.close.closing import verify as verify_partition
+            from laketide.errors import VerificationFailed
 
             config = airflow_config()
             try:
@@ -146,7 +148,8 @@ for _stream in _config.streams:
 
         @task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> None:
-            from laketide.close.closing import VerificationFailed, close, parse_hour, verify
+            from laketide.close.closing import close, parse_hour, verify
+            from laketide.errors import VerificationFailed
 
             config = airflow_config()
             cfg = config.stream(stream)

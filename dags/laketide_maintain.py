@@ -72,7 +72,8 @@ with DAG(
         """Check the params against the configuration before anything runs (a bad request is not retried)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from laketide.maintain.plan import MaintenanceRequestError, validate_request
+        from laketide.errors import MaintenanceRequestError
+        from laketide.maintain.plan import validate_request
 
         params = context["params"]
         try:

@@ -27,8 +27,9 @@ import yaml
 
 from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
-from laketide.config import ConfigError, LaketideConfig
+from laketide.config import LaketideConfig
 from laketide.dev.producer import make_event
+from laketide.errors import ConfigError, UnsafeOrphanAgeError
 from laketide.ingest.landing import parse_partition, publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import table_marker
@@ -306,7 +307,7 @@ def test_retention_shorter_than_a_close_is_refused(tmp_path: Path) -> None:
 def test_unsafe_orphan_age_is_refused_at_run_time() -> None:
     from laketide.config import TablePolicy
 
-    with pytest.raises(plan.UnsafeOrphanAgeError, match="below the safe floor"):
+    with pytest.raises(UnsafeOrphanAgeError, match="below the safe floor"):
         plan.check_orphan_age(timedelta(hours=2))
     assert plan.check_orphan_age(timedelta(days=3)) == timedelta(days=3)
     with pytest.raises(ValueError, match="below the safe floor"):

@@ -18,17 +18,8 @@ from laketide.close.partitions import State, check_partitions, partition_rows
 from laketide.close.status import StatusRecord, history, record
 from laketide.close.verify import Verification, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.errors import LaketideError
+from laketide.errors import RangeError, RangeNotDecided, VerificationFailed
 from laketide.ingest.landing import HOUR, hour_start, parse_partition, partition_key
-
-
-class VerificationFailed(LaketideError):
-    """Counts do not add up: the partition stays unclosed. ``retryable`` when files are still pending."""
-
-    def __init__(self, verification: Verification) -> None:
-        super().__init__(verification.message())
-        self.verification = verification
-        self.retryable = verification.pending_files > 0
 
 
 def parse_hour(value: str | datetime) -> datetime:
@@ -42,14 +33,6 @@ def parse_hour(value: str | datetime) -> datetime:
     if dt.tzinfo is None:
         raise ValueError(f"partition {value!s} has no UTC offset: write e.g. 2026-11-22T03:00:00+00:00")
     return hour_start(dt)
-
-
-class RangeError(LaketideError, ValueError):
-    """A close-range param that is refused before anything is checked or recorded."""
-
-
-class RangeNotDecided(LaketideError):
-    """Hours of a range that are not complete or empty (yet) when the range's last hour is."""
 
 
 def close_range(start: str | None, end: str | None, now: datetime, max_hours: int) -> list[datetime] | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from laketide.close.partitions import State
 from laketide.config import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, LaketideConfig, TablePolicy, maintained_tables
-from laketide.errors import LaketideError
+from laketide.errors import MaintenanceRequestError, UnsafeOrphanAgeError
 from laketide.ingest.landing import HOUR, hour_start
 from laketide.lake.commits import BATCH_ID, WRITER_ID
 from laketide.lake.snapshots import Snap
@@ -38,14 +38,6 @@ COMMIT_RETRY_PROPERTIES = {
 
 Kind = Literal["events", "rejects", "status", "record"]
 ALL = "all"
-
-
-class MaintenanceRequestError(LaketideError, ValueError):
-    """A maintenance request (DAG params, command line) names an unknown table or action."""
-
-
-class UnsafeOrphanAgeError(LaketideError, ValueError):
-    """remove_orphan_files was asked for an age below the safe floor."""
 
 
 @dataclass(frozen=True)
