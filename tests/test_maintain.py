@@ -426,6 +426,22 @@ def test_threshold_actions() -> None:
     assert plan.threshold_actions(50, 6000, only_expiry) == ["expire_snapshots"]
 
 
+def test_small_file_threshold_counts_closed_hours_only() -> None:
+    from laketide.config import TablePolicy
+
+    h = [datetime(2026, 11, 22, i, tzinfo=UTC) for i in range(3)]
+    mb = 1024**2
+    # target 4MB: small is below 3MB; hour 0 has 3 small files and a big one, hour 1 two small, hour 2 (open) 9
+    sizes = {h[0]: [mb, mb, 2 * mb, 4 * mb], h[1]: [mb, 2 * mb], h[2]: [mb] * 9}
+    per_hour = plan.small_files_per_hour(sizes, [h[0], h[1]], 4 * mb)
+    assert per_hour == {h[0]: 3, h[1]: 2}
+    policy = TablePolicy(target_file_size=4 * mb, max_small_files=2)
+    assert plan.threshold_actions(1, 1, policy, max(per_hour.values())) == ["rewrite_data_files"]
+    assert plan.threshold_actions(1, 1, policy, 2) == []
+    no_compaction = TablePolicy(actions=["expire_snapshots"], max_small_files=2)
+    assert plan.threshold_actions(1, 1, no_compaction, 30) == []
+
+
 def test_compaction_plan() -> None:
     h = [datetime(2026, 11, 22, i, tzinfo=UTC) for i in range(6)]
     assert plan.hours_to_compact([h[0], h[1], h[3]], {h[0]: 5, h[1]: 1, h[2]: 9, h[3]: 2}, 2) == [h[0], h[3]]

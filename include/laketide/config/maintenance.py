@@ -34,6 +34,9 @@ class TablePolicy(_Strict):
     max_manifests: int = Field(default=100, ge=2)
     #: threshold run: expire_snapshots as soon as the table keeps more snapshots than this
     max_snapshots: int = Field(default=5000, ge=2)
+    #: threshold run: rewrite_data_files as soon as a closed hour holds more small data files than this (small:
+    #: below 75% of target_file_size, as Iceberg's binpack counts them)
+    max_small_files: int = Field(default=50, ge=1)
 
     @field_validator("target_file_size", mode="before")
     @classmethod
@@ -76,7 +79,8 @@ class MaintenanceConfig(_Strict):
     tables: dict[str, TablePolicy] = {}
     #: cron (UTC) of the daily run of expire_snapshots and remove_orphan_files over every table
     daily_schedule: str = "30 3 * * *"
-    #: cron (UTC) of the threshold check: tables past max_manifests or max_snapshots are maintained at once
+    #: cron (UTC) of the threshold check: tables past max_manifests, max_snapshots or max_small_files are
+    #: maintained at once
     threshold_schedule: str = "45 * * * *"
     #: a maintenance run holds a lease per table; a silent holder loses it after this long
     lease: timedelta = timedelta(hours=2)
