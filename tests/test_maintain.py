@@ -615,6 +615,7 @@ def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, t
     ``min_snapshots``; manifests: a few; the metadata file: ``METADATA_BOUND``); the writer's newest marker
     survives; a first status check walks and pyiceberg ``load_table`` parses a fraction of what they did before,
     and both take less time."""
+    from laketide.maintain.health import due_by_threshold
     from tests.helpers import write_config
 
     commits = 1000
@@ -630,6 +631,8 @@ def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, t
     assert before["metadata_bytes"] > METADATA_BOUND  # the history is long enough to matter
     walked_before, check_before, load_before = check_cost(config, hours[-1])
     assert walked_before == commits  # every commit is recent: a first check walks them all
+    # the threshold run sees it from metadata: 250 small files in each closed hour, more than max_small_files
+    assert due_by_threshold(config).get(EVENTS) == ["rewrite_data_files"]
 
     done = maintain(config, spark, EVENTS, "rewrite_data_files,rewrite_manifests,expire_snapshots",
                     now=datetime.now(UTC) + timedelta(days=2))
@@ -645,6 +648,7 @@ def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, t
     assert after["snapshots"] <= policy.min_snapshots + 1, after
     assert after["manifests"] <= 4, after
     assert after["metadata_bytes"] < METADATA_BOUND, after
+    assert EVENTS not in due_by_threshold(config)
 
     walked_after, check_after, load_after = check_cost(config, hours[-1])
     assert walked_after <= policy.min_snapshots + 1
