@@ -1,8 +1,8 @@
-"""Benchmark: laketide's writer against Spark's Parquet sink and Iceberg's native streaming sink.
+"""Benchmark: laketide's writer, on both commit paths, against Spark's Parquet sink and Iceberg's native sink.
 
 What is compared
 ----------------
-Three Structured Streaming pipelines read the SAME landed input (newline-delimited JSON files published
+Four Structured Streaming pipelines read the SAME landed input (newline-delimited JSON files published
 with ``laketide.ingest.landing.publish``: audit records in ``<landing>/audit``, data in ``<landing>/data``), in
 ONE process and ONE SparkSession (``local[2]``, built by ``laketide.lake.spark.build_session``), all with
 ``trigger(availableNow=True)`` and ``maxFilesPerTrigger = F``:
@@ -20,7 +20,11 @@ ONE process and ONE SparkSession (``local[2]``, built by ``laketide.lake.spark.b
 ``laketide``
     ``laketide.ingest.runner.start(spark, config, stream, "incremental")`` after ``ensure_tables``: parse and
     validate every line, split valid lines from rejects, per-batch stats and snapshot-summary markers,
-    the idempotency (dedupe) lookups of the commit protocol, then the append to the events table.
+    the idempotency (dedupe) lookups of the commit protocol, then the append to the events table, on the
+    internal commit path (``commit_path: internal``).
+``public``
+    the same writer on the public commit path (``commit_path: public``, ``laketide.ingest.public_sink``):
+    its ratio to the native sink is reported beside the internal path's (no target).
 
 Each pipeline gets its own checkpoint folder and table per round. Wall time is measured from
 ``start()`` to the end of ``awaitTermination()``; rows/s is input rows / seconds. Afterwards every
@@ -28,8 +32,8 @@ sink's rows are counted (Parquet: ``spark.read.parquet``; Iceberg: the table; la
 rejects == input lines, and no rejects since the input is all valid) and the run fails loudly when a
 count is off.
 
-Rounds run the three pipelines in a rotated order (round 1: parquet, native, laketide; round 2: native,
-laketide, parquet; ...) to spread the noise of a shared machine, after one warm-up run of each on a
+Rounds run the pipelines in a rotated order (round 1: parquet, native, laketide, public; round 2: native,
+laketide, public, parquet; ...) to spread the noise of a shared machine, after one warm-up run of each on a
 small input so that JIT and class loading do not penalise whoever goes first.
 
 How to read the output
