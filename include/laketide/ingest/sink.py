@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from laketide.errors import CatalogUnavailableError, WriterFencedError
 from laketide.lake import commits
-from laketide.lake.internals import swap_main
+from laketide.lake.internals import current_metadata, swap_main
 
 log = logging.getLogger("laketide.ingest.sink")
 T = TypeVar("T")
@@ -137,7 +137,7 @@ def java_marker(metadata: Any, writer_id: str) -> commits.Marker | None:
 def table_marker(table: Any, writer_id: str) -> commits.Marker | None:
     """``java_marker`` of the Java table's current metadata, refreshed from the catalog."""
     table.refresh()
-    return java_marker(table.operations().current(), writer_id)
+    return java_marker(current_metadata(table), writer_id)
 
 
 def _same(a: commits.Marker | None, b: commits.Marker | None) -> bool:
@@ -168,7 +168,6 @@ def publish(metadata_class: Any, table: Any, data_files: list[Any], props: dict[
 
     :raises WriterFencedError: another writer committed to the table for ``writer_id`` since ``expected``
     """
-    from_jvm = table.operations()
     append = table.newFastAppend()  # kept across attempts: its manifests are written once
     for data_file in data_files:
         append.appendFile(data_file)
@@ -179,7 +178,7 @@ def publish(metadata_class: Any, table: Any, data_files: list[Any], props: dict[
     def attempt() -> int:
         before_attempt()
         snapshot = append.apply()  # refreshes the table, then builds the snapshot on its current metadata
-        base = from_jvm.current()
+        base = current_metadata(table)
         staged_id = int(snapshot.snapshotId())
         head = base.currentSnapshot()
         if (None if head is None else int(head.snapshotId())) != (

@@ -56,6 +56,7 @@ USED: dict[str, tuple[tuple[str, str], ...]] = {
     "org.apache.iceberg.TableMetadata": (("m", "buildFrom"),),
     "org.apache.iceberg.TableMetadata$Builder": (("m", "setBranchSnapshot"),),
     "org.apache.iceberg.TableOperations": (("m", "commit"), ("m", "current")),
+    "org.apache.iceberg.BaseTable": (("m", "operations"),),
 }
 
 
@@ -120,6 +121,11 @@ def write_uncommitted(df: DataFrame, name: str, iceberg: IcebergJvm, file_set: s
     finally:
         iceberg.coordinator.clearRewrite(jtable, file_set)
     return jtable, written
+
+
+def current_metadata(table: Any) -> Any:
+    """The Java table's current ``TableMetadata`` as last loaded (Iceberg core's ``TableOperations``)."""
+    return table.operations().current()
 
 
 def swap_main(metadata_class: Any, table: Any, base: Any, snapshot: Any) -> None:
