@@ -1,7 +1,10 @@
 """The exactly-once ``foreachBatch`` sink: one micro-batch -> events table + rejects table, once.
 
 :class:`BatchWriter` stages the batch's data files (one pass), checks them against a second, cheap pass,
-and publishes both tables through the fenced commit of ``laketide.ingest.sink`` (see ``laketide.lake.commits``).
+and publishes both tables through the fenced commit of ``laketide.ingest.sink`` (see ``laketide.lake.commits``):
+the internal commit path, built on the non-public APIs of ``laketide.lake.internals``. With
+``commit_path: public`` (or ``auto`` when ``internals.check`` fails, see :func:`choose_commit_path`) it
+takes the public commit path instead: the same summary and fence, through ``laketide.ingest.public_sink``.
 """
 
 from __future__ import annotations
