@@ -11,8 +11,6 @@ from pathlib import Path
 from laketide.config import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "include" / "laketide"
-#: production modules that still import the fault hooks directly; each moves to laketide.ingest.faultpoints
-DIRECT_FAULT_IMPORTS = {"ingest/writer.py"}
 
 
 def _modules() -> list[Path]:
@@ -55,7 +53,7 @@ def test_production_code_does_not_import_development_tools() -> None:
         for path in _modules() if path.relative_to(PACKAGE).parts[0] != "dev"
         if (imports := _top_level_dev_imports(path))
     }
-    assert set(offenders) <= DIRECT_FAULT_IMPORTS, offenders
+    assert offenders == {}, offenders
 
 
 def _imported_after(code: str, **env: str) -> set[str]:
@@ -79,5 +77,6 @@ def test_fault_points_cost_nothing_unless_armed(tmp_path: Path) -> None:
 
 def test_the_stage_modules_that_serve_airflow_load_no_development_code() -> None:
     loaded = _imported_after("import laketide.close.closing, laketide.close.status, laketide.airflow.triggers\n"
-                             "import laketide.maintain.plan, laketide.ingest.inspection")
+                             "import laketide.maintain.plan, laketide.ingest.inspection\n"
+                             "import laketide.ingest.runner, laketide.ingest.writer")
     assert not any(m.startswith("laketide.dev") for m in loaded), loaded

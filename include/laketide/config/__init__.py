@@ -16,7 +16,7 @@ from laketide.config.loading import DEFAULT_CONFIG, ENV_PREFIX, REPO_ROOT, confi
 from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, MaintenanceConfig, TablePolicy
 from laketide.config.model import LaketideConfig, maintained_tables
 from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig
-from laketide.config.streams import FieldSpec, FieldType, StreamConfig
+from laketide.config.streams import CommitPath, FieldSpec, FieldType, StreamConfig
 from laketide.config.values import (
     check_table_name,
     non_negative_duration,
@@ -34,6 +34,7 @@ __all__ = [
     "REPO_ROOT",
     "CatalogConfig",
     "CloseConfig",
+    "CommitPath",
     "ConfigError",
     "FieldSpec",
     "FieldType",

@@ -21,6 +21,7 @@ from laketide.config.values import (
 )
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
+CommitPath = Literal["auto", "internal", "public"]
 
 
 class FieldSpec(_Strict):
@@ -62,6 +63,9 @@ class StreamConfig(_Strict):
     allow_date_only_timestamps: bool = False
     #: accept timestamp values with a time but no UTC offset ("2026-11-22T03:00:00", read as UTC)
     allow_timestamps_without_offset: bool = False
+    #: how the writer commits: "internal" (fast, non-public Spark/Iceberg APIs, see laketide.lake.internals),
+    #: "public" (public APIs only), or "auto": internal when its start-up check passes, else public
+    commit_path: CommitPath = "auto"
 
     @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
     @classmethod
