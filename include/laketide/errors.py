@@ -29,3 +29,11 @@ class WriterFencedError(LaketideError):
 
 class CatalogUnavailableError(LaketideError):
     """The catalog stayed unreachable or busy for longer than ``catalog.retry_timeout``."""
+
+
+class ActionRequestError(LaketideError, ValueError):
+    """A backfill or repair request (DAG params, command line) that is refused before anything changes."""
+
+
+class ActionFailedError(LaketideError):
+    """A backfill or repair committed, but the check of its result failed: the message says what to do."""
