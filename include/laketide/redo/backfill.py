@@ -134,18 +134,40 @@ def read_lines(spark: SparkSession, stream: StreamConfig, files: Iterable[str]) 
         F.col("_metadata.file_modification_time").alias(LANDED_AT))
 
 
-def first_ingestion(events: DataFrame, rejects: DataFrame, files: Collection[str]) -> DataFrame:
+def batches_of_files(config: LaketideConfig, stream: StreamConfig) -> dict[str, int]:
+    """The batch id of each landing file's first ingestion by the stream's writer, from the events table's
+    snapshot summaries (metadata only; commits removed by expiry are not seen)."""
+    from laketide.close.reconcile import lineage_summaries
+    from laketide.lake.catalog import load_catalog
+    from laketide.lake.commits import BATCH_ID, WRITER_ID, source_position
+
+    found: dict[str, int] = {}
+    for summary in lineage_summaries(load_catalog(config.catalog).load_table(stream.table)):  # newest first
+        if summary.get(WRITER_ID) == stream.writer_id and BATCH_ID in summary:
+            for name in source_position(summary):
+                found[name] = int(summary[BATCH_ID])
+    return found
+
+
+def first_ingestion(events: DataFrame, rejects: DataFrame, files: Collection[str],
+                    batches: Mapping[str, int] | None = None) -> DataFrame:
     """Per landing file of ``files``: the batch id of its first ingestion and when its lines were first
-    rejected (``_source_file``, ``_batch_id``, ``rejected_at``), from the rows the tables hold."""
+    rejected (``_source_file``, ``_batch_id``, ``rejected_at``), from the writer's commits (``batches``:
+    :func:`batches_of_files`) and the rows the tables hold."""
     from pyspark.sql import functions as F
 
     wanted = list(files)
+    spark = events.sparkSession
+    recorded = spark.createDataFrame(
+        [(n, int(b)) for n, b in (batches or {}).items() if n in set(wanted)] or [("", 0)],
+        "_source_file string, _batch_id bigint").where(F.col("_source_file") != "") \
+        .withColumn("rejected_at", F.lit(None).cast("timestamp"))
     by_events = (events.where(F.col("_source_file").isin(wanted)).groupBy("_source_file")
                  .agg(F.min("_batch_id").alias("_batch_id"), F.lit(None).cast("timestamp").alias("rejected_at")))
     by_rejects = (rejects.where(F.col("source_file").isin(wanted))
                   .groupBy(F.col("source_file").alias("_source_file"))
                   .agg(F.min("batch_id").alias("_batch_id"), F.min("rejected_at").alias("rejected_at")))
-    return (by_events.unionByName(by_rejects).groupBy("_source_file")
+    return (by_events.unionByName(by_rejects).unionByName(recorded).groupBy("_source_file")
             .agg(F.min("_batch_id").alias("_batch_id"), F.min("rejected_at").alias("rejected_at")))
 
 
@@ -202,9 +224,12 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
         rejects_at = spark.table(rejects_name).limit(0)
     existing = events_at.where(F.expr(in_range))
     now = datetime.now(UTC).replace(microsecond=0)
-    parsed, new_rejects = parse(read_lines(spark, stream, files), stream, first_ingestion(existing, rejects_at, files),
-                                now) if files else (existing.limit(0).select(*stream.fields, "_source_file",
-                                                                             "_batch_id"), rejects_at.limit(0))
+    if files:
+        origin = first_ingestion(existing, rejects_at, files, batches_of_files(config, stream))
+        parsed, new_rejects = parse(read_lines(spark, stream, files), stream, origin, now)
+    else:
+        parsed = existing.limit(0).select(*stream.fields, "_source_file", "_batch_id")
+        new_rejects = rejects_at.limit(0)
     ours = F.col("_source_file").isin(files) if files else F.lit(False)
     kept = existing.where(F.col("_source_file").isNull() | ~ours)
     new_events = parsed.where(F.expr(in_range)).unionByName(kept)
@@ -245,9 +270,10 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
         rejects_kept = rejects_at.where(F.expr(condition)).where(~F.col("source_file").isin(files))
         if rejects_from is None:
             raise ActionFailedError(f"{stream.rejects_table} has no snapshot while rejects of the range exist")
-        overwrite_hours(new_rejects.unionByName(rejects_kept), rejects_name, condition, rejects_from, props)
+        overwrite_hours(new_rejects.unionByName(rejects_kept), rejects_name, condition, rejects_from, props,
+                        config)
         log.info("%s: rejects table %s replaced", request.describe(), stream.rejects_table)
-    overwrite_hours(new_events, events_name, in_range, events_from, props)
+    overwrite_hours(new_events, events_name, in_range, events_from, props, config)
     outcome.to_snapshot = current_snapshot(config, stream.table)
     outcome.committed = True
     check_rows(spark, events_name, outcome, stream)

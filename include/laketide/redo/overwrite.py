@@ -216,21 +216,31 @@ def summary_properties(request: Request, from_snapshot: int, hours: Iterable[dat
 
 
 def overwrite_hours(df: DataFrame, table: str, condition: str, from_snapshot: int,
-                    properties: Mapping[str, str]) -> None:
+                    properties: Mapping[str, str], config: LaketideConfig) -> None:
     """Replace the rows of ``table`` that ``condition`` selects (whole partitions) by ``df``, in one commit.
 
     The commit is validated against every commit since ``from_snapshot`` (the snapshot ``df`` was read from):
     a concurrent commit that added or removed rows in those partitions makes it fail (Iceberg's
     ``ValidationException``), so nothing committed meanwhile is lost. Commits elsewhere (other hours,
-    compaction) are built upon.
+    compaction) are built upon. A busy catalog is retried like the writer's commits (``sink.retrying``): an
+    attempt that did commit makes the next one fail the same validation, never commit twice.
     """
     from pyspark.sql import functions as F
 
-    writer = (df.writeTo(table).option("isolation-level", "serializable")
-              .option("validate-from-snapshot-id", str(from_snapshot)))
-    for key, value in properties.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    writer.overwrite(F.expr(condition))
+    from laketide.ingest.sink import retrying
+    from laketide.lake.internals import reopen_sqlite_connections
+
+    def attempt() -> None:
+        # Iceberg's JDBC catalog on SQLite leaves a read transaction open on a pooled connection: a commit
+        # through it fails with SQLITE_BUSY_SNAPSHOT once anyone else wrote (see laketide.lake.internals)
+        reopen_sqlite_connections(df.sparkSession, config.catalog.name)
+        writer = (df.writeTo(table).option("isolation-level", "serializable")
+                  .option("validate-from-snapshot-id", str(from_snapshot)))
+        for key, value in properties.items():
+            writer = writer.option(f"snapshot-property.{key}", value)
+        writer.overwrite(F.expr(condition))
+
+    retrying(f"overwrite of {table}", attempt, config.catalog.retry_timeout)
 
 
 def current_snapshot(config: LaketideConfig, table: str) -> int | None:

@@ -105,7 +105,7 @@ def repair(spark: SparkSession, config: LaketideConfig, request: Request) -> Out
             return outcome
         props = summary_properties(request, start, request.hours,
                                    {DUPLICATES_REMOVED: json.dumps(removed, sort_keys=True)})
-        overwrite_hours(with_rank.where(F.col(RANK) == 1).drop(RANK), name, condition, start, props)
+        overwrite_hours(with_rank.where(F.col(RANK) == 1).drop(RANK), name, condition, start, props, config)
     finally:
         with_rank.unpersist()
     outcome.to_snapshot = current_snapshot(config, stream.table)
