@@ -44,16 +44,16 @@ with DAG(
     params={
         "stream": Param(_streams[0] if _streams else "", type="string", enum=_streams or [""], title="Stream",
                         description="the stream whose hours are re-ingested"),
-        "start": Param("", type="string", format="date-time", title="Start",
+        "start": Param(None, type=["null", "string"], format="date-time", title="Start",
                        description="first hour, a UTC hour start with its offset, e.g. 2026-11-22T03:00:00+00:00"),
-        "end": Param("", type="string", format="date-time", title="End",
+        "end": Param(None, type=["null", "string"], format="date-time", title="End",
                      description="first hour after the range (exclusive); its hours must be finished by the writer"),
         "dry_run": Param(True, type="boolean", title="Dry run",
                          description="count rows per hour before and after, change nothing"),
     },
 ) as dag:
 
-    @task(retries=0)
+    @task
     def validate(**context: Any) -> dict[str, str]:
         """Check every param before Spark starts (a bad request is not retried and changes nothing)."""
         from airflow.sdk.exceptions import AirflowFailException

@@ -173,3 +173,52 @@ def test_backfill_brings_back_lost_rows(lake: tuple[Path, Any]) -> None:
     assert change.rows_before < change.rows_after == counts[H[1].isoformat()]
     assert table_rows(config, EVENTS) == events
     assert assert_exactly_once(config_path) == counts
+
+
+@pytest.fixture(scope="module")
+def dags(lake: tuple[Path, Any], airflow_db: Path) -> Iterator[dict[str, Any]]:
+    """The DAG files loaded on this module's lake (as the scheduler would, with its configuration)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAKETIDE_CONFIG", str(lake[0]))
+        from airflow.dag_processing.dagbag import DagBag
+
+        from laketide.config import REPO_ROOT
+
+        bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
+        assert bag.import_errors == {}
+        yield bag.dags
+
+
+def form(start: datetime, end: datetime, dry_run: bool) -> dict[str, Any]:
+    """The params as the trigger form sends them: strings for the hours, a boolean."""
+    return {"stream": "clicks", "start": start.isoformat(), "end": end.isoformat(), "dry_run": dry_run}
+
+
+def test_backfill_dag_refuses_bad_params_then_runs_the_job(lake: tuple[Path, Any], dags: dict[str, Any]) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    config = load(lake[0])
+    dag = dags["laketide_backfill"]
+    assert dag.params["dry_run"] is True and dag.max_active_runs == 1
+    assert dag.get_task("backfill").fatal_exit_codes == {2: "bad request (nothing changed)",
+                                                         4: "the committed result failed its check"}
+    before, rows = metadata(config), table_rows(config, EVENTS)
+    # the form's schema refuses an unknown stream (a name carrying SQL too) before the run starts
+    with pytest.raises(ParamValidationError, match="is not one of"):
+        dag.test(run_conf={**form(H[0], H[1], True), "stream": "clicks'; DROP TABLE lake.clicks; --"})
+    # what the schema cannot say, the validation task refuses: Spark is never started
+    for conf in (form(H[1], H[0], False), form(H[0], H[2] + timedelta(hours=3), False),
+                 {**form(H[0], H[1], False), "start": "2026-11-21T20:30:00+00:00"}):
+        run = dag.test(run_conf=conf)
+        assert run.state == "failed"
+        assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
+            "validate": "failed", "backfill": "upstream_failed"}
+    assert metadata(config) == before
+
+    recorded = len(history(config, "clicks"))
+    run = dag.test(run_conf=form(H[0], H[1], False))
+    assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert table_rows(config, EVENTS) == rows and metadata(config) != before
+    new = history(config, "clicks")[recorded:]
+    assert [(r.partition, r.state, r.run_id) for r in new] == [(H[0], State.REOPENED, run.run_id)]
+    assert json.loads(new[0].verification or "{}")["action"]["requested_by"] == "dag_test"

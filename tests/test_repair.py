@@ -130,3 +130,24 @@ def test_dry_run_then_repair_twice(lake: tuple[Path, Any]) -> None:
     action = json.loads(recorded[0].verification or "{}")["action"]
     assert action["action"] == "repair" and action["requested_by"] == "tester"
     assert action["from_snapshot"] == done.from_snapshot and action["to_snapshot"] == done.to_snapshot
+
+
+def test_repair_dag_with_params_as_the_form_sends_them(lake: tuple[Path, Any], airflow_db: Path) -> None:
+    config = load(lake[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAKETIDE_CONFIG", str(lake[0]))
+        from airflow.dag_processing.dagbag import DagBag
+
+        from laketide.config import REPO_ROOT
+
+        bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
+        assert bag.import_errors == {}
+        dag = bag.dags["laketide_repair"]
+        before = metadata(config)
+        conf = {"stream": "clicks", "start": H[0].isoformat(), "end": H[1].isoformat(), "dry_run": False}
+        run = dag.test(run_conf={**conf, "end": "2026-11-21T20:00:00"})  # no offset: refused before Spark
+        assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {
+            "validate": "failed", "repair": "upstream_failed"}
+        run = dag.test(run_conf=conf)  # the hour was repaired: the job finds nothing and commits nothing
+        assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
+        assert metadata(config) == before
