@@ -152,6 +152,9 @@ class StreamConfig(_Strict):
     allow_date_only_timestamps: bool = False
     #: accept timestamp values with a time but no UTC offset ("2026-11-22T03:00:00", read as UTC)
     allow_timestamps_without_offset: bool = False
+    #: the writer drops a valid event whose id its hour already holds (in the table, or earlier in the same batch),
+    #: counting it per hour in the commit's summary (``laketide.duplicates-dropped``); see laketide.ingest.dedupe
+    dedupe_on_write: bool = False
 
     @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
     @classmethod

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
+from laketide.ingest.dedupe import hour_key
 from laketide.ingest.landing import data_dir, hidden, name_hour, partition_key, published_files, read_audits
 from laketide.redo.overwrite import (
     HourChange,
     Outcome,
     Request,
     current_snapshot,
-    hour_key,
     hours_condition,
     overwrite_hours,
     quoted_table,

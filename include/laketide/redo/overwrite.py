@@ -250,14 +250,6 @@ def current_snapshot(config: LaketideConfig, table: str) -> int | None:
     return load_catalog(config.catalog).load_table(table).metadata.current_snapshot_id
 
 
-def hour_key(column: Any) -> Any:
-    """The partition key (``landing.partition_key``) of a timestamp column, as a Spark column (session time zone
-    UTC): ``2026-11-22T03:00:00+00:00``."""
-    from pyspark.sql import functions as F
-
-    return F.date_format(F.date_trunc("hour", column), "yyyy-MM-dd'T'HH:00:00+00:00")
-
-
 @dataclass
 class HourChange:
     """Rows of one hour before and after an action (events and rejects; duplicates removed by a repair)."""

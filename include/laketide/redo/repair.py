@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
+from laketide.ingest.dedupe import hour_key
 from laketide.ingest.landing import partition_key
 from laketide.lake.commits import DUPLICATES_REMOVED
 from laketide.redo.overwrite import (
@@ -32,7 +33,6 @@ from laketide.redo.overwrite import (
     Outcome,
     Request,
     current_snapshot,
-    hour_key,
     hours_condition,
     overwrite_hours,
     quoted_table,
