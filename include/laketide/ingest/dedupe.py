@@ -53,8 +53,9 @@ def mark(staged: DataFrame, stream: StreamConfig, existing: DataFrame | None) ->
         rows = rows.join(seen, (event_id == F.col("_seen_id")) & (F.col("_h") == F.col("_seen_h")), "left")
     else:
         rows = rows.withColumn("_seen", F.lit(None).cast("boolean"))
-    content = F.to_json(F.struct(*[F.col(f"`{c}`") for c in stream.fields]))
-    first = Window.partitionBy(event_id, F.col("_h")).orderBy(F.col("_source_file").asc_nulls_last(), content)
+    # the first by landing file name, then by the fields themselves (plain column comparisons: no per-row JSON)
+    order = [F.col("_source_file").asc_nulls_last(), *[F.col(f"`{c}`").asc_nulls_last() for c in stream.fields]]
+    first = Window.partitionBy(event_id, F.col("_h")).orderBy(*order)
     duplicate = (event_time.isNotNull() & event_id.isNotNull()
                  & (F.col("_seen").isNotNull() | (F.row_number().over(first) > 1)))
     rows = rows.withColumn("_dup", duplicate)
