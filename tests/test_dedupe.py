@@ -64,3 +64,22 @@ def test_resent_files_add_no_row_and_reconcile(jars: Path, tmp_path: Path) -> No
                lineage_summaries(load_catalog(config.catalog).load_table(stream.table)) if DUPLICATES_DROPPED in s]
     assert sum(d.get(H[0].isoformat(), 0) for d in dropped) == first[H[0].isoformat()].lake
     assert "duplicate(s) dropped" in writer_log(config_path)
+
+    # a backfill of the re-sent hour re-reads every file, re-sent ones too, and drops the same duplicates
+    from laketide.lake.spark import build_session
+    from laketide.redo import backfill as bf
+    from laketide.redo.overwrite import check_against_table, table_facts, validate_request
+
+    spark = build_session(config, "laketide-dedupe-tests", master="local[2]")
+    try:
+        request = validate_request(config, "backfill", "clicks", H[0], H[1], False, "tester")
+        check_against_table(request, table_facts(config, stream))
+        outcome = bf.backfill(spark, config, request, bf.prepare(config, request))
+    finally:
+        spark.stop()
+    change = outcome.hours[H[0].isoformat()]
+    assert change.rows_before == change.rows_after == first[H[0].isoformat()].lake
+    assert change.duplicates_removed == first[H[0].isoformat()].lake
+    report = reconcile(config, stream)
+    assert report.ok and report.duplicate_ids == {}, report
+    assert {p.partition: p.duplicates for p in report.partitions}[H[0].isoformat()] == change.duplicates_removed

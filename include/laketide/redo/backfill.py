@@ -7,7 +7,9 @@ For a validated request (``redo.overwrite.validate_request`` and ``check_against
    ingested file no longer in ``data/`` refuses the backfill (its rows would be lost);
 2. the rows: those files read and parsed exactly as the writer does (``ingest.transforms.Validator``,
    ``rejected_rows``); the rows keep the batch id of their file's first ingestion (and the rejects their
-   time of rejection), so a second backfill writes the same rows;
+   time of rejection), so a second backfill writes the same rows. For a stream with ``dedupe_on_write``, an
+   event id held twice in an hour keeps its first-ingested row, as the writer would have, and the commit
+   counts the others (``laketide.duplicates-dropped``);
 3. the rejects table, then the events table, each replaced in one commit (``redo.overwrite.overwrite_hours``):
    the events' hour partitions of the range, and the rejects' partitions holding rejects of those files (the
    null hour included), keeping rows that came from other files. A crash between the two commits is repaired
@@ -18,6 +20,7 @@ For a validated request (``redo.overwrite.validate_request`` and ``check_against
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
 from laketide.ingest.landing import data_dir, hidden, name_hour, partition_key, published_files, read_audits
+from laketide.lake.commits import DUPLICATES_DROPPED, SOURCE_FILES
 from laketide.redo.overwrite import (
     HourChange,
     Outcome,
@@ -45,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.redo.backfill")
 
-#: summary key: the landing files a backfill re-ingested (a JSON list, like ``laketide.source-files``)
+#: summary key: the id of the backfill that made the commit
 BACKFILL_ID = "laketide.backfill-id"
 
 
@@ -234,8 +238,20 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
     kept = existing.where(F.col("_source_file").isNull() | ~ours)
     new_events = parsed.where(F.expr(in_range)).unionByName(kept)
     outside = parsed.where(~F.expr(in_range)).count() if files else 0
+    dropped: dict[str, int] = {}
+    if stream.dedupe_on_write:  # as the writer would have: the first-ingested row of each id in its hour
+        from pyspark.sql import Window
+
+        order = Window.partitionBy(F.col(f"`{stream.event_id_field}`"), hour_key(time_col)).orderBy(
+            F.col("_batch_id").asc_nulls_last(), F.col("_source_file").asc_nulls_last(),
+            *[F.col(f"`{c}`").asc_nulls_last() for c in stream.fields])
+        marked = new_events.withColumn("_n", F.row_number().over(order))
+        dropped = _counts(marked.where(F.col("_n") > 1), hour_key(time_col))
+        new_events = marked.where(F.col("_n") == 1).drop("_n")
 
     changes = {k: HourChange() for k in sorted(keys)}
+    for k, n in dropped.items():
+        changes[k].duplicates_removed = n
     for k, n in _counts(existing, hour_key(time_col)).items():
         changes[k].rows_before = n
     for k, n in _counts(new_events, hour_key(time_col)).items():
@@ -260,7 +276,11 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
     if request.dry_run:
         return outcome
 
-    props = summary_properties(request, events_from, request.hours, {BACKFILL_ID: request.action_id})
+    # the files it re-read, like the writer's source positions (verification and reconciliation read them)
+    extra = {BACKFILL_ID: request.action_id, SOURCE_FILES: json.dumps(sorted(files), separators=(",", ":"))}
+    if dropped:
+        extra[DUPLICATES_DROPPED] = json.dumps(dict(sorted(dropped.items())), separators=(",", ":"))
+    props = summary_properties(request, events_from, request.hours, extra)
     # the rejects' partitions to replace: the hours holding rejects of these files, before and after, and null
     reject_hours = {r[0] for r in old_ours.select("event_hour").union(new_rejects.select("event_hour"))
                     .distinct().collect()}
