@@ -175,6 +175,30 @@ def test_backfill_brings_back_lost_rows(lake: tuple[Path, Any]) -> None:
     assert assert_exactly_once(config_path) == counts
 
 
+def test_a_crash_between_the_two_commits_is_repaired_by_running_again(lake: tuple[Path, Any],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    config_path, spark = lake
+    config = load(config_path)
+    counts = assert_exactly_once(config_path)
+    events, rejects = table_rows(config, EVENTS), table_rows(config, REJECTS)
+    real = bf.overwrite_hours
+
+    def crash_before_events(df: Any, table: str, *args: Any) -> None:
+        if "clicks_rejects" not in table:
+            raise RuntimeError("killed between the rejects commit and the events commit")
+        real(df, table, *args)
+
+    monkeypatch.setattr(bf, "overwrite_hours", crash_before_events)
+    events_meta = metadata(config)[0]
+    with pytest.raises(RuntimeError, match="killed between"):
+        run(config, spark, H[0], H[2])
+    assert metadata(config)[0] == events_meta  # the rejects table committed, the events table did not
+    monkeypatch.setattr(bf, "overwrite_hours", real)
+    assert run(config, spark, H[0], H[2]).committed
+    assert table_rows(config, EVENTS) == events and table_rows(config, REJECTS) == rejects
+    assert assert_exactly_once(config_path) == counts
+
+
 @pytest.fixture(scope="module")
 def dags(lake: tuple[Path, Any], airflow_db: Path) -> Iterator[dict[str, Any]]:
     """The DAG files loaded on this module's lake (as the scheduler would, with its configuration)."""
