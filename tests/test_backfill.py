@@ -246,3 +246,19 @@ def test_backfill_dag_refuses_bad_params_then_runs_the_job(lake: tuple[Path, Any
     new = history(config, "clicks")[recorded:]
     assert [(r.partition, r.state, r.run_id) for r in new] == [(H[0], State.REOPENED, run.run_id)]
     assert json.loads(new[0].verification or "{}")["action"]["requested_by"] == "dag_test"
+
+
+def test_names_reaching_sql_are_checked() -> None:
+    from laketide.redo.overwrite import check_name, hours_condition, quoted_table
+
+    assert quoted_table("laketide", "lake.clicks") == "`laketide`.`lake`.`clicks`"
+    for table in ("lake.clicks; DROP TABLE x", "lake.`clicks`", "lake", "a.b.c", "lake.clicks\n"):
+        with pytest.raises(ActionRequestError, match="plain identifiers"):
+            quoted_table("laketide", table)
+    with pytest.raises(ActionRequestError, match="not a plain identifier"):
+        hours_condition("event_time) OR (1=1", [H[0]])
+    assert hours_condition("event_hour", [H[0]], with_null=True) == (
+        "((`event_hour` >= TIMESTAMP '2026-11-21 20:00:00.000' AND `event_hour` < TIMESTAMP '2026-11-21 21:00:00.000'))"
+        " OR (`event_hour` IS NULL)")
+    with pytest.raises(ActionRequestError, match="not a plain name"):
+        check_name("stream", "clicks\n")

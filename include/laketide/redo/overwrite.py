@@ -87,7 +87,7 @@ def check_name(what: str, value: object) -> str:
 
     :raises ActionRequestError: anything else, e.g. quotes, spaces or semicolons (names reach SQL)
     """
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ActionRequestError(f"{what}: {value!r} is not a plain name (letters, digits, '_', '.', '-' only)")
     return value
 
@@ -98,7 +98,7 @@ def quoted_table(catalog: str, table: str) -> str:
     :raises ActionRequestError: a part that is not a plain identifier
     """
     parts = [catalog, *table.split(".")]
-    if len(parts) != 3 or not all(_IDENT.match(p) for p in parts):
+    if len(parts) != 3 or not all(_IDENT.fullmatch(p) for p in parts):
         raise ActionRequestError(f"table {catalog}.{table} is not catalog.namespace.table with plain identifiers")
     return ".".join(f"`{p}`" for p in parts)
 
@@ -194,7 +194,7 @@ def check_against_table(request: Request, facts: TableFacts) -> None:
 def hours_condition(column: str, hours: Iterable[datetime], *, with_null: bool = False) -> str:
     """A Spark SQL condition selecting exactly the hour partitions of ``hours`` on ``column`` (and the null
     partition with ``with_null``). The column name is checked to be a plain identifier."""
-    if not _IDENT.match(column):
+    if not _IDENT.fullmatch(column):
         raise ActionRequestError(f"column {column!r} is not a plain identifier")
     chosen = list(hours)
     parts = [compaction_filter(column, chosen)] if chosen else []
