@@ -36,10 +36,12 @@ def resend(config_path: Path, hour: str, seq: int) -> None:
 
 
 def test_resent_files_add_no_row_and_reconcile(jars: Path, tmp_path: Path) -> None:
-    config_path = write_config(tmp_path, dedupe_on_write=True, max_files_per_trigger=20)
+    config_path = write_config(tmp_path, dedupe_on_write=True, max_files_per_trigger=4)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "300", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--seed", "51")
-    resend(config_path, H[1].isoformat(), 100)  # lands before the first run: in the same batch as the originals
+    # lands before the first run: ingested after the originals by the same writer, in later batches (several
+    # batches: each one dedupes against the commits of the previous ones)
+    resend(config_path, H[1].isoformat(), 100)
     assert run_writer(config_path) == 0, writer_log(config_path)
     config = load(config_path)
     stream = config.stream("clicks")
