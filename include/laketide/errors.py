@@ -83,3 +83,14 @@ class UnsafeOrphanAgeError(LaketideError, ValueError):
 
 class GaveUp(LaketideError):
     """An action lost to concurrent commits and stopped without changing the table."""
+
+
+# ---------------------------------------------------------------- redo (backfill, repair)
+
+
+class ActionRequestError(LaketideError, ValueError):
+    """A backfill or repair request (DAG params, command line) that is refused before anything changes."""
+
+
+class ActionFailedError(LaketideError):
+    """A backfill or repair committed, but the check of its result failed: the message says what to do."""

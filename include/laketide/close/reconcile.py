@@ -23,7 +23,7 @@ from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
 from laketide.ingest.landing import FileStat, partition_key, read_audits
 from laketide.lake.catalog import load_catalog
-from laketide.lake.commits import ingested_files
+from laketide.lake.commits import duplicates_removed, ingested_files
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -41,10 +41,12 @@ class PartitionCounts:
     pending: int = 0
     #: reported landing files of the partition (``Report.findings``)
     reported: int = 0
+    #: rows removed or dropped as duplicate event ids (repair, ``dedupe_on_write``): the audit still counts them
+    duplicates: int = 0
 
     @property
     def ok(self) -> bool:
-        return self.audit == self.lake + self.rejects
+        return self.audit == self.lake + self.rejects + self.duplicates
 
     @property
     def status(self) -> str:
@@ -114,6 +116,11 @@ def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, 
 
     Metadata only (the summaries pyiceberg already parsed). Snapshots removed by expiry are not seen: the
     callers add the source files found in the tables' rows."""
+    return ingested_files(lineage_summaries(table, snapshot_id))
+
+
+def lineage_summaries(table: Table, snapshot_id: int | None = None) -> list[dict[str, str]]:
+    """The summaries of ``table``'s lineage ending at ``snapshot_id`` (default: the current one), newest first."""
     by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
     sid = table.metadata.current_snapshot_id if snapshot_id is None else snapshot_id
     summaries: list[dict[str, str]] = []
@@ -121,7 +128,7 @@ def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, 
         if snapshot.summary is not None:
             summaries.append(dict(snapshot.summary.additional_properties))
         sid = snapshot.parent_snapshot_id
-    return ingested_files(summaries)
+    return summaries
 
 
 def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
@@ -135,10 +142,12 @@ def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
     for name in (lake_files | reject_files) - {None}:
         ingested.setdefault(name, None)
     landed = inspect(stream.landing_path, ingested, event_time=event_time(stream))
-    return report_of(landed, lake, rejects, duplicates)
+    removed = duplicates_removed(lineage_summaries(catalog.load_table(stream.table)))
+    return report_of(landed, lake, rejects, duplicates, removed)
 
 
-def report_of(landed: Inspection, lake: Counter[str], rejects: Counter[str], duplicates: dict[str, int]) -> Report:
+def report_of(landed: Inspection, lake: Counter[str], rejects: Counter[str], duplicates: dict[str, int],
+              removed: dict[str, int] | None = None) -> Report:
     expected = landed.expected()
     report = Report(
         duplicate_ids=duplicates,
@@ -149,7 +158,7 @@ def report_of(landed: Inspection, lake: Counter[str], rejects: Counter[str], dup
     for part in sorted(set(expected) | set(lake) | set(rejects)):
         report.partitions.append(PartitionCounts(
             part, expected.get(part, 0), lake[part], rejects[part], len(landed.pending_for(part)),
-            len(landed.findings_for(part)),
+            len(landed.findings_for(part)), (removed or {}).get(part, 0),
         ))
     return report
 

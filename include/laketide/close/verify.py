@@ -26,12 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.close.reconcile import event_time, reject_counts, source_positions
+from laketide.close.reconcile import event_time, lineage_summaries, reject_counts, source_positions
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
 from laketide.ingest.inspection import inspect
 from laketide.ingest.landing import HOUR, hour_start, partition_key, read_audits
 from laketide.lake.catalog import load_catalog
+from laketide.lake.commits import duplicates_removed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,17 +69,20 @@ class Verification:
     #: every landing file of the partition reported by name: ``<file>: <reason>: <detail>``
     #: (``inspection.Finding.line``), blocking or not
     findings: list[str] = field(default_factory=list)
+    #: rows removed or dropped as duplicate event ids (repair, ``dedupe_on_write``), still counted by the audit
+    duplicates: int = 0
 
     @property
     def missing(self) -> int:
         """Reported events neither in the lake nor rejected (negative: more rows than reported)."""
-        return self.audit - self.lake - self.rejects
+        return self.audit - self.lake - self.rejects - self.duplicates
 
     def _balance(self) -> str:
+        dups = f" + duplicates removed {self.duplicates}" if self.duplicates else ""
         if self.missing == 0:
-            return f"audit {self.audit} == lake {self.lake} + rejects {self.rejects}"
+            return f"audit {self.audit} == lake {self.lake} + rejects {self.rejects}{dups}"
         diff = f"missing {self.missing}" if self.missing > 0 else f"{-self.missing} more than reported"
-        return f"audit {self.audit} != lake {self.lake} + rejects {self.rejects} ({diff})"
+        return f"audit {self.audit} != lake {self.lake} + rejects {self.rejects}{dups} ({diff})"
 
     def message(self) -> str:
         """One line for logs, alerts and the status record's reason; the numbers are always in it."""
@@ -98,7 +102,8 @@ class Verification:
         """Compact JSON for ``StatusRecord.verification``."""
         return json.dumps({
             "success": self.success, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
-            "missing": self.missing, "pending_files": self.pending_files, "snapshot_id": self.snapshot_id,
+            "missing": self.missing, "duplicates": self.duplicates, "pending_files": self.pending_files,
+            "snapshot_id": self.snapshot_id,
             "failures": self.failures, "findings": self.findings, "results": str(self.results_path),
         }, separators=(",", ":"))
 
@@ -283,14 +288,16 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     pending -= _ingested_elsewhere(table, pending, snapshot_id)
     findings = landed.findings_for(key)
 
-    suite = build_suite(stream, start, audit - rejects)
+    duplicates = duplicates_removed(lineage_summaries(table, snapshot_id)).get(key, 0)
+    suite = build_suite(stream, start, audit - rejects - duplicates)
     result = validate(_frame(rows, stream), suite, stream)
     payload = result.to_json_dict()
     failures = [failure_line(r, audit, rejects) for r in payload.get("results", []) if not r.get("success")]
     failures += [f"landing file {f.line()}" for f in findings if f.blocking]
     payload.setdefault("meta", {})["laketide"] = {
         "stream": stream.name, "table": stream.table, "partition": key, "snapshot_id": snapshot_id,
-        "audit": audit, "lake": rows.num_rows, "rejects": rejects, "pending_files": sorted(pending),
+        "audit": audit, "lake": rows.num_rows, "rejects": rejects, "duplicates": duplicates,
+        "pending_files": sorted(pending),
         "findings": [{"file": f.file, "reason": str(f.reason), "detail": f.detail, "hours": list(f.hours),
                       "blocking": f.blocking} for f in findings],
     }
@@ -298,5 +305,5 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
         stream=stream.name, partition=start, success=bool(result.success) and not any(f.blocking for f in findings),
         audit=audit, lake=rows.num_rows, rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id,
         failures=failures, results_path=save_result(config, stream, start, payload),
-        findings=[f.line() for f in findings],
+        findings=[f.line() for f in findings], duplicates=duplicates,
     )

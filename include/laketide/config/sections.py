@@ -30,7 +30,7 @@ class CatalogConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _IDENT.match(value):
+        if not _IDENT.fullmatch(value):
             raise ValueError(f"{value!r} is not a plain identifier")
         return value
 

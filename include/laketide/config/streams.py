@@ -66,6 +66,9 @@ class StreamConfig(_Strict):
     #: how the writer commits: "internal" (fast, non-public Spark/Iceberg APIs, see laketide.lake.internals),
     #: "public" (public APIs only), or "auto": internal when its start-up check passes, else public
     commit_path: CommitPath = "auto"
+    #: the writer drops a valid event whose id its hour already holds (in the table, or earlier in the same batch),
+    #: counting it per hour in the commit's summary (``laketide.duplicates-dropped``); see laketide.ingest.dedupe
+    dedupe_on_write: bool = False
 
     @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
     @classmethod
@@ -109,7 +112,7 @@ class StreamConfig(_Strict):
     @classmethod
     def _fields(cls, value: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
         for name in value:
-            if not _IDENT.match(name):
+            if not _IDENT.fullmatch(name):
                 raise ValueError(f"field name {name!r} is not a plain identifier")
             if name.startswith("_"):
                 raise ValueError(f"field name {name!r} starts with '_', which laketide keeps for its own columns "

@@ -84,7 +84,7 @@ def _inside(path: Path, folder: Path) -> bool:
 def check_table_name(value: str) -> str:
     """``namespace.table`` with plain identifiers (they reach SQL: nothing else is accepted)."""
     parts = value.split(".")
-    if len(parts) != 2 or not all(_IDENT.match(p) for p in parts):
+    if len(parts) != 2 or not all(_IDENT.fullmatch(p) for p in parts):
         raise ValueError(f"{value!r} must be 'namespace.table' with plain identifiers")
     return value
 

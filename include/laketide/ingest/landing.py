@@ -180,7 +180,7 @@ def publish(
     (``bytes`` allowed so that deliberately malformed encodings can be written); blank lines are refused.
     """
     parse_partition(partition)
-    if not _PRODUCER_ID.match(producer_id):
+    if not _PRODUCER_ID.fullmatch(producer_id):
         raise ValueError(f"producer_id {producer_id!r} may only hold letters, digits, '_', '.', '-'")
     if seq < 0:
         raise ValueError(f"seq must be >= 0, got {seq}")

@@ -9,6 +9,7 @@ takes the public commit path instead: the same summary and fence, through ``lake
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.config import CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
-from laketide.ingest import failures, public_sink, sink
+from laketide.ingest import dedupe, failures, public_sink, sink
 from laketide.ingest import faultpoints as faults
 from laketide.ingest.landing import EPOCH, from_epoch_hours, partition_key
 from laketide.lake import commits
@@ -93,6 +94,8 @@ class Staged:
     rejected: int  # rows of the null hour partition with a source file: the rejected lines (never published)
     min_event_time: int | None  # epoch microseconds, from the files' column bounds
     max_event_time: int | None
+    #: rows of the null hour partition with a null ``_batch_id``: duplicates dropped (``dedupe_on_write``)
+    dropped: int = 0
 
     @property
     def valid(self) -> int:
@@ -128,6 +131,12 @@ class BatchWriter:
         self.prefix = config.catalog.name
         self.validator = Validator(stream)
         self.timeout = config.catalog.retry_timeout
+        if commit_path == "public" and stream.dedupe_on_write:
+            raise ConfigError(
+                f"stream {stream.name!r}: dedupe_on_write is implemented on the internal commit path only, and this "
+                "writer would commit through the public one (commit_path, or a failed start-up check of the internal "
+                "path). Set dedupe_on_write: false, or run the Spark and Iceberg versions of requirements.txt."
+            )
         self.commit_path = commit_path
         self.validator.plan_keys = commit_path == "internal"
         self._iceberg: IcebergJvm | None = None
@@ -153,6 +162,7 @@ class BatchWriter:
         time_field = schema.findField(self.stream.event_time_field)
         field_id, field_type = time_field.fieldId(), time_field.type()
         source_id = schema.findField("_source_file").fieldId()
+        batch_field = schema.findField("_batch_id").fieldId() if self.stream.dedupe_on_write else None
         conversions, integer = iceberg.conversions, iceberg.integer
         staged = Staged(table, [], {}, 0, None, None)
         it = written.iterator()
@@ -169,7 +179,11 @@ class BatchWriter:
                         "'_source_file': keep column metrics for it (table property "
                         "write.metadata.metrics.column._source_file=counts)"
                     )
-                staged.rejected += count - int(blank)
+                dropped = 0
+                if batch_field is not None:  # duplicates dropped by dedupe_on_write (laketide.ingest.dedupe)
+                    dropped = int(nulls.get(batch_field) or 0)
+                    staged.dropped += dropped
+                staged.rejected += count - int(blank) - dropped
                 table.io().deleteFile(data_file.location())
                 continue
             staged.data_files.append(data_file)
@@ -230,7 +244,20 @@ class BatchWriter:
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        staged = self._stage(self.validator.staged_rows(batch, batch_id), file_set)
+        rows = self.validator.staged_rows(batch, batch_id)
+        dropped: dict[str, int] = {}
+        marked = None
+        if stream.dedupe_on_write:
+            marked, dropped = self._mark_duplicates(rows, events_table)
+            rows = marked.drop(dedupe.HOUR_KEY)
+        try:
+            staged = self._stage(rows, file_set)
+        finally:
+            if marked is not None:
+                marked.unpersist()
+        if staged.dropped != sum(dropped.values()):
+            raise RuntimeError(f"batch {batch_id}: {staged.dropped} duplicate rows staged, {sum(dropped.values())} "
+                               "counted: the passes over the batch disagree; nothing was committed")
         staged_at = time.monotonic()
         valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
@@ -251,16 +278,39 @@ class BatchWriter:
                 self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
         faults.maybe_pause("between_tables", batch_id)
         published = time.monotonic()
+        if dropped:
+            extra[commits.DUPLICATES_DROPPED] = json.dumps(dict(sorted(dropped.items())), separators=(",", ":"))
         props = commits.summary_properties(stream.writer_id, batch_id, files, staged.rows, extra)
         snapshot_id = self._publish(staged.table, staged.data_files, props, batch_id, events_marker)
         faults.maybe_pause("after_commit", batch_id)
         done = time.monotonic()
         log.info(
             "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "
-            "(plan %.2fs, pre-commit %.2fs, rejects %.2fs, commit %.2fs; %.2fs)",
+            "(plan %.2fs, pre-commit %.2fs, rejects %.2fs, commit %.2fs; %.2fs)%s",
             batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started, staged_at - planned,
             published - staged_at, done - published, done - started,
+            f"; {staged.dropped} duplicate(s) dropped" if stream.dedupe_on_write else "",
         )
+
+    def _mark_duplicates(self, rows: DataFrame, events_table: Any) -> tuple[DataFrame, dict[str, int]]:
+        """``dedupe.mark`` of the staged rows against the events table's ids of the batch's hours, at the snapshot
+        the batch builds on; the marked rows are kept in memory (the caller unpersists them) for the write and the
+        count of duplicates per hour."""
+        from pyspark.sql import functions as F
+
+        from laketide.maintain.plan import compaction_filter
+
+        stream = self.stream
+        spark = rows.sparkSession
+        existing = None
+        snapshot = events_table.currentSnapshot()
+        hours = [_utc(h) for h in dedupe.batch_hours(rows, stream)]
+        if snapshot is not None and hours:
+            existing = (spark.read.option("snapshot-id", str(snapshot.snapshotId()))
+                        .table(f"{self.prefix}.{stream.table}")
+                        .where(F.expr(compaction_filter(stream.event_time_field, hours))))
+        marked = dedupe.mark(rows, stream, existing).persist()
+        return marked, dedupe.dropped_per_hour(marked)
 
     def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
                 extra: dict[str, Any], marker: commits.Marker | None) -> None:

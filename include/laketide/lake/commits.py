@@ -209,3 +209,35 @@ def ingested_files(summaries: Iterable[Mapping[str, str]]) -> dict[str, FileStat
             if files.get(name) is None:
                 files[name] = stat
     return files
+
+
+# ---- backfill and repair commits (``laketide.redo``)
+
+#: what a backfill or repair commit was: ``backfill`` or ``repair``, and its id
+ACTION = "laketide.action"
+ACTION_ID = "laketide.action-id"
+#: JSON list of the partition keys whose rows such a commit replaced
+REPLACED_HOURS = "laketide.replaced-hours"
+#: JSON {partition key: rows} of duplicate event ids a repair removed
+DUPLICATES_REMOVED = "laketide.duplicates-removed"
+#: JSON {partition key: rows} of events a writer with ``dedupe_on_write`` dropped (their id was already there)
+DUPLICATES_DROPPED = "laketide.duplicates-dropped"
+
+
+def duplicates_removed(summaries: Iterable[Mapping[str, str]]) -> dict[str, int]:
+    """Rows per partition key removed or dropped as duplicate event ids by the commits of ``summaries`` (a
+    lineage, newest first): the producers' audit records still count them, so the expected lake rows of an
+    hour are audit - rejects - these.
+
+    A backfill re-ingests its hours from the landing zone: the counts of older commits for those hours no longer
+    apply (the walk stops counting them there)."""
+    counts: dict[str, int] = {}
+    replaced: set[str] = set()
+    for summary in summaries:
+        for key in (DUPLICATES_REMOVED, DUPLICATES_DROPPED):
+            for hour, n in json.loads(summary.get(key) or "{}").items():
+                if hour not in replaced:
+                    counts[hour] = counts.get(hour, 0) + int(n)
+        if summary.get(ACTION) == "backfill":
+            replaced |= set(json.loads(summary.get(REPLACED_HOURS) or "[]"))
+    return counts
