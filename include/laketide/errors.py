@@ -29,3 +29,11 @@ class WriterFencedError(LaketideError):
 
 class CatalogUnavailableError(LaketideError):
     """The catalog stayed unreachable or busy for longer than ``catalog.retry_timeout``."""
+
+
+class RequestError(LaketideError, ValueError):
+    """A parameter of a manual operation (redo, backfill, repair) is refused before anything changes."""
+
+
+class RedoBusyError(LaketideError):
+    """A redo cannot hold its stream: another redo of the stream runs, or the writer did not stop in time."""

@@ -60,9 +60,10 @@ def stop_file(stream: StreamConfig) -> Path:
     return stream.checkpoint_path.parent / f"{stream.name}.stop"
 
 
-def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode) -> StreamingQuery:
+def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode,
+          summary: dict[str, str] | None = None) -> StreamingQuery:
     writer = (
-        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream))
+        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream, summary))
         .option("checkpointLocation", str(stream.checkpoint_path))
         .queryName(f"laketide-{stream.name}")
     )
@@ -107,13 +108,15 @@ def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSe
     lease = lease_for(config, stream, mode)
     lease.acquire()
     try:
-        _run(config, stream, mode, lease, spark)
+        run_held(config, stream, mode, lease, spark)
     finally:
         lease.release()
 
 
-def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
-         spark: SparkSession | None) -> None:
+def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
+             spark: SparkSession | None = None, summary: dict[str, str] | None = None) -> None:
+    """:func:`run` with the stream's lease already taken by the caller (a redo re-ingests this way);
+    ``summary``: more snapshot summary properties for every commit."""
     from laketide.lake.spark import build_session
 
     spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
@@ -133,7 +136,7 @@ def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Writer
         stopping.append(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    query = start(spark, config, stream, mode)
+    query = start(spark, config, stream, mode, summary)
     log.info("writer %s started in %s mode: %s -> %s", stream.writer_id, mode, stream.landing_path, stream.table)
     lost = False
     try:

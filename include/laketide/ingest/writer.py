@@ -92,9 +92,11 @@ class BatchWriter:
     unreachable catalog is waited out (``sink.retrying``, up to ``catalog.retry_timeout``).
     """
 
-    def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
+    def __init__(self, config: LaketideConfig, stream: StreamConfig, summary: dict[str, str] | None = None) -> None:
         self.config = config
         self.stream = stream
+        #: more snapshot summary properties for every commit (a redo names itself: ``laketide.redo-id``)
+        self.summary = dict(summary or {})
         self.prefix = config.catalog.name
         self.validator = Validator(stream)
         self.timeout = config.catalog.retry_timeout
@@ -214,6 +216,7 @@ class BatchWriter:
             commits.MIN_EVENT_TIME: _iso(_from_micros(staged.min_event_time)),
             commits.MAX_EVENT_TIME: batch_max,
             commits.WATERMARK: watermark,
+            **self.summary,
         }
         if rejected:  # the rejects table is read only for batches that have rejects (its publish is fenced)
             rejects_table = iceberg.table(f"{self.prefix}.{stream.rejects_table}")
