@@ -235,3 +235,47 @@ def test_a_redo_killed_midway_finishes_when_run_again(lake: Lake) -> None:
     assert_checkpoint_matches(lake)
     assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
     assert table_content(lake) == expected
+
+
+def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dag.test()`` with the form's params: the schema refuses what it can, the validate task the rest (nothing
+    changes); a dry run stops before Spark; a redo through the DAG restores a corrupted table and re-closes the
+    hours it changed."""
+    monkeypatch.setenv("LAKETIDE_CONFIG", str(lake.config_path))
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import ParamValidationError
+
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
+    assert bag.import_errors == {}
+    dag = bag.dags["laketide_redo"]
+    assert dag.params["dry_run"] is True and dag.max_active_runs == 1
+    with pytest.raises(ParamValidationError, match="'nope' is not one of"):
+        dag.test(run_conf={"stream": "nope", "snapshot_id": lake.good})
+    with pytest.raises(ParamValidationError):
+        dag.test(run_conf={"stream": "clicks", "snapshot_id": "1; DROP TABLE lake.clicks"})
+
+    def task_states(run: Any) -> dict[str, str]:
+        return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+    before, ckpt = heads(lake), checkpoint_files(lake)
+    run = dag.test(run_conf={"stream": "clicks", "snapshot_id": 12345})
+    assert run.state == "failed"
+    assert task_states(run)["validate"] == "failed" and task_states(run)["redo"] == "upstream_failed"
+    # as the trigger form does: every param, the empty ones as null
+    form = {"stream": "clicks", "snapshot_id": None, "at": None, "start": None, "end": None, "dry_run": True}
+    run = dag.test(run_conf={**form, "at": "2026-12-31T00:00:00+00:00"})
+    assert run.state == "success"
+    assert task_states(run) == {"validate": "success", "apply": "success", "redo": "skipped",
+                                "reopened_clicks": "skipped", "reclose_clicks": "skipped"}
+    assert heads(lake) == before and checkpoint_files(lake) == ckpt
+
+    corrupt(lake)
+    run = dag.test(run_conf={**form, "snapshot_id": lake.good, "dry_run": False})
+    assert run.state == "success", task_states(run)
+    assert_exactly_once(lake.config_path)
+    assert_checkpoint_matches(lake)
+    records = history(lake.config, "clicks")
+    reopened = {r.partition for r in records if r.state == State.REOPENED and r.run_id and
+                r.run_id.startswith("manual__")}
+    closed = {r.partition for r in records if r.state == State.CLOSED and r.run_id == run.run_id}
+    assert reopened and closed == reopened

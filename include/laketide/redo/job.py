@@ -112,6 +112,7 @@ def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> Write
     flag = stop_file(stream)
     deadline = time.monotonic() + wait.total_seconds()
     said = False
+    created = not flag.exists()
     while True:
         other = running_redo(config, stream)
         if other is not None:
@@ -125,6 +126,8 @@ def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> Write
             return lease
         except WriterBusyError as exc:
             if time.monotonic() > deadline:
+                if created:  # the redo is refused: the writer goes on
+                    flag.unlink(missing_ok=True)
                 raise RedoBusyError(f"the writer of stream {stream.name!r} did not stop within {wait} (stop file "
                                     f"{flag}): {exc}; nothing was changed") from exc
             if not said:
