@@ -71,7 +71,7 @@ with DAG(
     },
 ) as redo_dag:
 
-    @task(retries=0)
+    @task
     def validate(**context: Any) -> dict[str, Any]:
         """Check every param and log the plan; a bad param fails without retry and changes nothing."""
         import getpass
