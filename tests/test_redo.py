@@ -27,7 +27,7 @@ from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import REDO_ID, read_checkpoint, table_marker
 from laketide.redo.checkpoint import backup_path
 from laketide.redo.params import check_identifier, check_range, validate
-from tests.helpers import config_env, load, run_writer, write_config, writer_log
+from tests.helpers import config_env, load, run_writer, start_writer, wait_for_log, write_config, writer_log
 from tests.test_writer import assert_exactly_once, produce
 
 pytestmark = pytest.mark.slow
@@ -46,9 +46,10 @@ class Lake:
         return self.config.stream("clicks")
 
 
-def start_redo(config_path: Path, *args: str) -> subprocess.Popen[bytes]:
+def start_redo(config_path: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
     out = open(config_path.parent / "redo.log", "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, str(REDO), "--stream", "clicks", *args], env=config_env(config_path),
+    return subprocess.Popen([sys.executable, str(REDO), "--stream", "clicks", *args],
+                            env=config_env(config_path, **env),
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -235,6 +236,37 @@ def test_a_redo_killed_midway_finishes_when_run_again(lake: Lake) -> None:
     assert_checkpoint_matches(lake)
     assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
     assert table_content(lake) == expected
+
+
+def test_redo_stops_and_holds_the_live_writer(lake: Lake, tmp_path: Path) -> None:
+    """A running writer is stopped between batches; while the redo runs no writer can start (exit 4, as the
+    ingest DAG's restarts would be refused); afterwards the writer resumes exactly once."""
+    expected = table_content(lake)
+    writer = start_writer(lake.config_path, "continuous")
+    wait_for_log(lake.config_path, "started in continuous mode", writer)
+    good = load_catalog(lake.config.catalog).load_table(lake.stream.table).metadata.snapshot_by_id(lake.good)
+    first = int(good.summary.additional_properties["laketide.batch-id"]) + 1
+    faults = tmp_path / "faults"
+    proc = start_redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "hold-1",
+                      LAKETIDE_FAULT=f"batch_start:{first}", LAKETIDE_FAULT_DIR=str(faults),
+                      LAKETIDE_FAULT_MODE="hold")
+    assert writer.wait(timeout=240) == 0, writer_log(lake.config_path)  # stopped by the redo's stop file
+    reached = faults / f"batch_start-{first}.reached"
+    deadline = time.monotonic() + 240
+    while not reached.exists():
+        assert proc.poll() is None, redo_log(lake.config_path)
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    # the redo is re-ingesting: a writer (a restart by the ingest DAG) is refused
+    assert run_writer(lake.config_path, timeout=120) == 4
+    assert "already running" in writer_log(lake.config_path)
+    reached.with_suffix(".release").touch()
+    assert proc.wait(timeout=400) == 0, redo_log(lake.config_path)
+    assert table_content(lake) == expected
+    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    assert table_content(lake) == expected
+    assert_exactly_once(lake.config_path)
+    assert_checkpoint_matches(lake)
 
 
 def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.redo")
 REDO_MODE = "redo"
-MAINTAIN_PREFIX = "maintain:"  # laketide.maintain.job.LEASE_PREFIX
 
 
 @dataclass
@@ -139,12 +138,13 @@ def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> Write
 def _maintenance_leases(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> list[WriterLease]:
     """The maintenance leases of both tables (maintenance skips a table while they are held)."""
     from laketide.lake.lease import WriterLease, engine_for
+    from laketide.maintain.job import LEASE_PREFIX
 
     engine = engine_for(config.catalog)
     taken: list[WriterLease] = []
     deadline = time.monotonic() + wait.total_seconds()
     for table in (stream.table, stream.rejects_table):
-        lease = WriterLease(engine, MAINTAIN_PREFIX + table, config.maintenance.lease, REDO_MODE)
+        lease = WriterLease(engine, LEASE_PREFIX + table, config.maintenance.lease, REDO_MODE)
         while True:
             try:
                 lease.acquire()
