@@ -143,7 +143,7 @@ with DAG(
         @task(task_id=f"reclose_{_stream.name}", outlets=[_asset], max_active_tis_per_dagrun=4)
         def reclose(partition: str, stream: str = _stream.name, asset: Any = _asset, **context: Any) -> None:
             """Verify a reopened hour and close it again (an Asset event names it)."""
-            from airflow.sdk.exceptions import AirflowFailException
+            from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
             from laketide.close.closing import VerificationFailed, close, parse_hour, verify
 
@@ -151,8 +151,8 @@ with DAG(
             cfg = config.stream(stream)
             try:
                 verified = verify(config, cfg, parse_hour(partition), context["run_id"])
-            except VerificationFailed as exc:
-                raise AirflowFailException(str(exc)) from exc
+            except VerificationFailed as exc:  # retried only while landing files are still pending
+                raise (AirflowException if exc.retryable else AirflowFailException)(str(exc)) from exc
             context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"])
 
         _hours = reopened()

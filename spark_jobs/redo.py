@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from laketide.config import get_config
 from laketide.errors import (
@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", default=None, help="first hour the redo may change (UTC hour start)")
     parser.add_argument("--end", default=None, help="end of that range, exclusive")
     parser.add_argument("--dry-run", default="true", help="true (default): report only; false: redo")
-    parser.add_argument("--run-id", default="manual", help="names the redo (records, the kept checkpoint)")
+    parser.add_argument("--run-id", default=None,
+                        help="names the redo (records, the kept checkpoint); default manual-<UTC time>. Give the same "
+                             "one to finish an interrupted redo")
     parser.add_argument("--user", default=None, help="who asked (default: the OS user)")
     parser.add_argument("--wait", type=float, default=900.0, help="seconds to wait for the writer to stop")
     args = parser.parse_args(argv)
@@ -57,10 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         config = get_config()
+        run_id = args.run_id or f"manual-{datetime.now(UTC):%Y%m%dT%H%M%S}"
         request = validate(config, args.stream, args.snapshot_id, args.at, args.start, args.end, args.dry_run,
-                           args.run_id, args.user or getpass.getuser())
+                           run_id, args.user or getpass.getuser())
         if not request.dry_run:
             from laketide.lake.spark import build_session
+            from laketide.redo.job import check_new_run
+
+            check_new_run(config, request)
 
             spark = build_session(config, f"laketide-redo-{request.stream}")
         result = run(config, spark, request, timedelta(seconds=args.wait))

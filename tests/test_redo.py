@@ -183,7 +183,7 @@ def test_dry_run_reports_and_changes_nothing(lake: Lake) -> None:
     assert f"back to snapshot {lake.good}" in out and "landing files to re-ingest" in out
     assert heads(lake) == before and checkpoint_files(lake) == ckpt and table_content(lake) == content
     assert history(lake.config, "clicks") == []
-    assert not backup_path(lake.stream.checkpoint_path, "manual").exists()
+    assert not list(lake.stream.checkpoint_path.parent.glob("*.redo-*"))
 
 
 def test_redo_restores_every_hour_and_the_writer_resumes_exactly_once(lake: Lake) -> None:
@@ -215,6 +215,9 @@ def test_redo_twice_gives_the_same_table(lake: Lake) -> None:
     assert table_content(lake) == first
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
+    # a finished redo's run id is not taken again (only an interrupted redo is finished under its id)
+    assert redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "again-1") == 2
+    assert "a redo of clicks with this id has finished" in redo_log(lake.config_path)
 
 
 def test_a_redo_killed_midway_finishes_when_run_again(lake: Lake) -> None:

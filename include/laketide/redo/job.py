@@ -76,6 +76,15 @@ def check_scope(plan: RedoPlan, request: RedoRequest) -> None:
             f"{request.hours.describe()}: {outside}. Widen the range (or leave it empty), or choose a later snapshot")
 
 
+def check_new_run(config: LaketideConfig, request: RedoRequest) -> None:
+    """Refuse a run id a finished redo of the stream used (a run id is reused only to finish an interrupted one)."""
+    stream = config.stream(request.stream)
+    done = state_file(config, stream, request.run_id).with_name(f"{request.run_id}.done.json")
+    if done.exists():
+        raise RequestError(f"run id {request.run_id!r}: a redo of {stream.name} with this id has finished ({done}); "
+                           "give a new run id (a run id is reused only to finish an interrupted redo)")
+
+
 def state_file(config: LaketideConfig, stream: StreamConfig, run_id: str) -> Path:
     return config.home / "redo" / stream.name / f"{run_id}.json"
 
@@ -244,6 +253,9 @@ def run(config: LaketideConfig, spark: SparkSession | None, request: RedoRequest
                                "rejects_before": plan.rejects_now.get(h, 0), "rejects_after": None}
                            for h in plan.hours}, plan.head_id)
     assert spark is not None, "a redo needs a SparkSession"
+    check_new_run(config, request)
+    log.info("redo %s of stream %s by %s: back to snapshot %d", request.run_id, stream.name, request.user,
+             request.snapshot_id)
     other = running_redo(config, stream)
     if other is not None:
         raise RedoBusyError(f"another redo of stream {stream.name!r} is running ({other}); nothing was changed")
