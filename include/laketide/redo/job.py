@@ -278,7 +278,7 @@ def _iso(value: datetime | None) -> str | None:
 def _redo(config: LaketideConfig, spark: SparkSession, stream: StreamConfig, request: RedoRequest,
           req: dict[str, Any], lease: WriterLease) -> RedoResult:
     from laketide.ingest.runner import run_held
-    from laketide.redo.plan import _load, both_files, changed_hours, rows_by_hour
+    from laketide.redo.plan import both_files, changed_hours, load_table, rows_by_hour
 
     saved = state_file(config, stream, request.run_id)
     if saved.is_file():  # a re-run: the first attempt saw the table before the redo
@@ -305,7 +305,7 @@ def _redo(config: LaketideConfig, spark: SparkSession, stream: StreamConfig, req
              0 if plan.batch_id is None else plan.batch_id + 1)
     run_held(config, stream, "incremental", lease, spark, {REDO_ID: request.run_id})
 
-    events, rejects = _load(config, stream.table), _load(config, stream.rejects_table)
+    events, rejects = load_table(config, stream.table), load_table(config, stream.rejects_table)
     assert events is not None
     head = events.metadata.current_snapshot_id
     rejects_head = None if rejects is None else rejects.metadata.current_snapshot_id

@@ -202,7 +202,7 @@ class RedoPlan:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-def _load(config: LaketideConfig, name: str) -> Table | None:
+def load_table(config: LaketideConfig, name: str) -> Table | None:
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     from laketide.lake.catalog import load_catalog
@@ -215,9 +215,9 @@ def _load(config: LaketideConfig, name: str) -> Table | None:
 
 def make_plan(config: LaketideConfig, stream: StreamConfig, snapshot_id: int) -> RedoPlan:
     """The plan of a redo of ``stream`` back to ``snapshot_id`` (validated: ``params.validate``)."""
-    events = _load(config, stream.table)
+    events = load_table(config, stream.table)
     assert events is not None, f"{stream.table} does not exist"
-    rejects = _load(config, stream.rejects_table)
+    rejects = load_table(config, stream.rejects_table)
     head = events.metadata.current_snapshot_id
     current, _ = lineage_of(events, head)
     ids = [s.snapshot_id for s in current]
