@@ -314,3 +314,39 @@ def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatc
                 r.run_id.startswith("manual__")}
     closed = {r.partition for r in records if r.state == State.CLOSED and r.run_id == run.run_id}
     assert reopened and closed == reopened
+
+
+def test_redo_on_postgresql(jars: Path, tmp_path: Path) -> None:
+    """The same redo with the catalog (and the leases) on a real PostgreSQL server."""
+    from tests.pg import PgCluster
+    from tests.test_fencing import use_catalog
+
+    cluster = PgCluster()
+    cluster.start()
+    try:
+        config_path = use_catalog(write_config(tmp_path, max_files_per_trigger=3, live=False),
+                                  cluster.createdb("catalog"))
+        produce(config_path, "--start", START, "--hours", "1", "--events-per-hour", "200", "--events-per-file", "100",
+                "--malformed-ratio", "0.05", "--seed", "31")
+        assert run_writer(config_path) == 0, writer_log(config_path)
+        config = load(config_path)
+        good = load_catalog(config.catalog).load_table("lake.clicks").metadata.current_snapshot_id
+        assert good is not None
+        produce(config_path, "--start", "2026-11-20T09:00:00+00:00", "--hours", "1", "--events-per-hour", "200",
+                "--events-per-file", "100", "--malformed-ratio", "0.05", "--seed", "32")
+        assert run_writer(config_path) == 0, writer_log(config_path)
+        lake = Lake(config_path, config, good)
+        expected = table_content(lake)
+        corrupt(lake)
+        assert redo(config_path, "--snapshot-id", str(good), "--dry-run", "false", "--run-id", "pg-1") == 0, \
+            redo_log(config_path)
+        assert table_content(lake) == expected
+        assert_exactly_once(config_path)
+        assert_checkpoint_matches(lake)
+        produce(config_path, "--start", "2026-11-20T10:00:00+00:00", "--hours", "1", "--events-per-hour", "100",
+                "--events-per-file", "100", "--seed", "33")
+        assert run_writer(config_path) == 0, writer_log(config_path)
+        assert_exactly_once(config_path)
+        assert_checkpoint_matches(lake)
+    finally:
+        cluster.destroy()
