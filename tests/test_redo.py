@@ -316,6 +316,26 @@ def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatc
     assert reopened and closed == reopened
 
 
+def test_a_table_rolled_back_by_hand_is_redone_from_its_current_snapshot(lake: Lake) -> None:
+    """The writer refuses a checkpoint ahead of its table (rolled back by hand); a redo from the snapshot the table
+    is at (``at`` = now) brings the checkpoint and the rejects table in line and ingests the rest again."""
+    from datetime import UTC, datetime
+
+    expected = table_content(lake)
+    table = load_catalog(lake.config.catalog).load_table(lake.stream.table)
+    table.manage_snapshots().set_current_snapshot(lake.good).commit()
+    assert run_writer(lake.config_path) == 3
+    assert "is ahead of the table" in writer_log(lake.config_path)
+    time.sleep(0.01)
+    assert redo(lake.config_path, "--at", datetime.now(UTC).isoformat(), "--dry-run", "false",
+                "--run-id", "by-hand-1") == 0, redo_log(lake.config_path)
+    assert table_content(lake) == expected
+    assert_exactly_once(lake.config_path)
+    assert_checkpoint_matches(lake)
+    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    assert table_content(lake) == expected
+
+
 def test_redo_on_postgresql(jars: Path, tmp_path: Path) -> None:
     """The same redo with the catalog (and the leases) on a real PostgreSQL server."""
     from tests.pg import PgCluster
