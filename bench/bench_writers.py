@@ -1,8 +1,8 @@
-"""Benchmark: laketide's writer against Spark's Parquet sink and Iceberg's native streaming sink.
+"""Benchmark: laketide's writer, on both commit paths, against Spark's Parquet sink and Iceberg's native sink.
 
 What is compared
 ----------------
-Three Structured Streaming pipelines read the SAME landed input (newline-delimited JSON files published
+Four Structured Streaming pipelines read the SAME landed input (newline-delimited JSON files published
 with ``laketide.ingest.landing.publish``: audit records in ``<landing>/audit``, data in ``<landing>/data``), in
 ONE process and ONE SparkSession (``local[2]``, built by ``laketide.lake.spark.build_session``), all with
 ``trigger(availableNow=True)`` and ``maxFilesPerTrigger = F``:
@@ -20,7 +20,11 @@ ONE process and ONE SparkSession (``local[2]``, built by ``laketide.lake.spark.b
 ``laketide``
     ``laketide.ingest.runner.start(spark, config, stream, "incremental")`` after ``ensure_tables``: parse and
     validate every line, split valid lines from rejects, per-batch stats and snapshot-summary markers,
-    the idempotency (dedupe) lookups of the commit protocol, then the append to the events table.
+    the idempotency (dedupe) lookups of the commit protocol, then the append to the events table, on the
+    internal commit path (``commit_path: internal``).
+``public``
+    the same writer on the public commit path (``commit_path: public``, ``laketide.ingest.public_sink``):
+    its ratio to the native sink is reported beside the internal path's (no target).
 
 Each pipeline gets its own checkpoint folder and table per round. Wall time is measured from
 ``start()`` to the end of ``awaitTermination()``; rows/s is input rows / seconds. Afterwards every
@@ -28,8 +32,8 @@ sink's rows are counted (Parquet: ``spark.read.parquet``; Iceberg: the table; la
 rejects == input lines, and no rejects since the input is all valid) and the run fails loudly when a
 count is off.
 
-Rounds run the three pipelines in a rotated order (round 1: parquet, native, laketide; round 2: native,
-laketide, parquet; ...) to spread the noise of a shared machine, after one warm-up run of each on a
+Rounds run the pipelines in a rotated order (round 1: parquet, native, laketide, public; round 2: native,
+laketide, public, parquet; ...) to spread the noise of a shared machine, after one warm-up run of each on a
 small input so that JIT and class loading do not penalise whoever goes first.
 
 How to read the output
@@ -79,8 +83,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-PIPELINES = ("parquet", "native", "laketide")
-LABELS = {"parquet": "Spark Parquet sink", "native": "Iceberg native sink", "laketide": "laketide writer"}
+PIPELINES = ("parquet", "native", "laketide", "public")
+LABELS = {"parquet": "Spark Parquet sink", "native": "Iceberg native sink", "laketide": "laketide writer",
+          "public": "laketide public path"}
+#: the laketide pipelines and the commit path each runs (stream setting ``commit_path``)
+COMMIT_PATHS = {"laketide": "internal", "public": "public"}
 TARGET = 0.95
 NAMESPACE = "bench"
 PRODUCER = "bench"
@@ -279,7 +286,8 @@ class Bench:
     def run(self, pipeline: str, tag: str, landing_path: Path, lines: int) -> RunResult:
         self.spark.catalog.clearCache()
         self.batch_log.take()
-        runner = {"parquet": self._parquet, "native": self._native, "laketide": self._laketide}[pipeline]
+        runner = {"parquet": self._parquet, "native": self._native, "laketide": self._laketide,
+                  "public": self._public}[pipeline]
         seconds, progress, laketide_batches = runner(tag, landing_path, lines)
         batches, totals = _summarise(progress)
         result = RunResult(pipeline, LABELS[pipeline], tag, lines, seconds, batches, totals, laketide_batches)
@@ -331,19 +339,25 @@ class Bench:
         assert row is not None
         return {"rows": row["n"], "rows with an event time": row["t"]}
 
-    def _laketide(self, tag: str, landing_path: Path, lines: int) -> Outcome:
-        folder = self._folder(tag, "laketide")
+    def _public(self, tag: str, landing_path: Path, lines: int) -> Outcome:
+        return self._laketide(tag, landing_path, lines, "public")
+
+    def _laketide(self, tag: str, landing_path: Path, lines: int, pipeline: str = "laketide") -> Outcome:
+        folder = self._folder(tag, pipeline)
+        commit_path = COMMIT_PATHS[pipeline]
         stream = StreamConfig.model_validate({
             **self.base.model_dump(),
             "landing_path": landing_path,
             "checkpoint_path": folder / "checkpoint",
-            "table": f"{NAMESPACE}.laketide_{tag}",
-            "rejects_table": f"{NAMESPACE}.laketide_rejects_{tag}",
-            "writer_id": f"bench-{tag}",
+            "table": f"{NAMESPACE}.{pipeline}_{tag}",
+            "rejects_table": f"{NAMESPACE}.{pipeline}_rejects_{tag}",
+            "writer_id": f"bench-{pipeline}-{tag}",
             "max_files_per_trigger": self.files_per_trigger,
+            "commit_path": commit_path,
         })
         tables.ensure_tables(self.spark, self.config, stream)
-        seconds, progress = self._timed(lambda: runner.start(self.spark, self.config, stream, "incremental"))
+        seconds, progress = self._timed(
+            lambda: runner.start(self.spark, self.config, stream, "incremental", commit_path))
         laketide_batches = self.batch_log.take()
         events = self.spark.table(f"{self.cat}.{stream.table}").count()
         rejects = self.spark.table(f"{self.cat}.{stream.rejects_table}").count()
@@ -394,12 +408,14 @@ def summary(results: Sequence[RunResult], rounds: int) -> dict[str, Any]:
             },
             "median_laketide_batch_s": (
                 statistics.median(sum(b["seconds"] for b in r.laketide_batches) for r in mine)
-                if pipeline == "laketide" else None
+                if pipeline in COMMIT_PATHS else None
             ),
         }
     med = {p: per[p]["median_rows_per_s"] for p in PIPELINES}
     ratios = {
         "laketide/native": med["laketide"] / med["native"],
+        "public/native": med["public"] / med["native"],
+        "public/laketide": med["public"] / med["laketide"],
         "native/parquet": med["native"] / med["parquet"],
         "laketide/parquet": med["laketide"] / med["parquet"],
     }
@@ -437,7 +453,9 @@ def render(figures: dict[str, Any], rows: int) -> str:
         )
     ratio = figures["ratios"]["laketide/native"]
     verdict = "ok" if ratio >= TARGET else "BELOW TARGET"
-    lines += ["", f"laketide writer vs Iceberg native sink: {ratio:.2f}x (target >= {TARGET:.2f}) {verdict}"]
+    lines += ["", f"laketide writer vs Iceberg native sink: {ratio:.2f}x (target >= {TARGET:.2f}) {verdict}",
+              f"laketide public commit path vs Iceberg native sink: {figures['ratios']['public/native']:.2f}x "
+              "(no target: reported)"]
     return "\n".join(lines)
 
 

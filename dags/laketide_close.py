@@ -88,7 +88,8 @@ for _stream in _config.streams:
 
             from airflow.sdk.exceptions import AirflowFailException
 
-            from laketide.close.closing import RangeError, close_range, parse_hour
+            from laketide.close.closing import close_range, parse_hour
+            from laketide.errors import RangeError
             from laketide.ingest.landing import partition_key
 
             params = context["params"]
@@ -113,29 +114,37 @@ for _stream in _config.streams:
         @task
         def decide(keys: list[str], last: dict[str, Any], stream: str = _name) -> list[dict[str, Any]]:
             from laketide.close.closing import decide_range
+            from laketide.close.results import PartitionEvent
 
             config = airflow_config()
-            return decide_range(config, config.stream(stream), keys, last)
+            decisions = decide_range(config, config.stream(stream), keys, PartitionEvent.from_dict(last))
+            return [d.to_dict() for d in decisions]
 
         @task(max_active_tis_per_dagrun=4)
         def verify(decision: dict[str, Any], stream: str = _name, **context: Any) -> dict[str, Any]:
-            from laketide.close.closing import VerificationFailed, parse_hour
+            from laketide.close.closing import parse_hour
             from laketide.close.closing import verify as verify_partition
+            from laketide.close.results import PartitionEvent
+            from laketide.errors import VerificationFailed
 
             config = airflow_config()
+            event = PartitionEvent.from_dict(decision)
             try:
-                return verify_partition(config, config.stream(stream), parse_hour(decision["partition"]),
-                                        context["run_id"], decision)
+                verified = verify_partition(config, config.stream(stream), parse_hour(event.partition),
+                                            context["run_id"], event)
             except VerificationFailed as exc:
                 raise _fail(exc) from exc
+            return verified.to_dict()
 
         @task(outlets=[_asset])
         def close(verified: dict[str, Any], stream: str = _name, asset: Any = _asset, **context: Any) -> None:
             from laketide.close.closing import close as close_partition
+            from laketide.close.results import VerifiedPartition
 
             config = airflow_config()
-            extra = close_partition(config, config.stream(stream), verified, context["run_id"])
-            context["outlet_events"][asset].extra = extra
+            closed = close_partition(config, config.stream(stream), VerifiedPartition.from_dict(verified),
+                                     context["run_id"])
+            context["outlet_events"][asset].extra = closed.to_dict()
 
         @task
         def find_reopened(stream: str = _name, **context: Any) -> list[str]:
@@ -146,7 +155,8 @@ for _stream in _config.streams:
 
         @task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> None:
-            from laketide.close.closing import VerificationFailed, close, parse_hour, verify
+            from laketide.close.closing import close, parse_hour, verify
+            from laketide.errors import VerificationFailed
 
             config = airflow_config()
             cfg = config.stream(stream)
@@ -154,7 +164,7 @@ for _stream in _config.streams:
                 verified = verify(config, cfg, parse_hour(partition), context["run_id"])
             except VerificationFailed as exc:
                 raise _fail(exc) from exc
-            context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"])
+            context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"]).to_dict()
 
         @task_group
         def close_hour(decision: dict[str, Any]) -> None:

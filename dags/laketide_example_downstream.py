@@ -34,11 +34,13 @@ with DAG(
     @task
     def summarize_closed_hours(**context: Any) -> list[dict[str, Any]]:
         from laketide.airflow.downstream import hourly_summary
+        from laketide.close.results import ClosedPartition
 
         out = []
         for events in context["triggering_asset_events"].values():
             for event in events:
-                out.append(hourly_summary(airflow_config(), event.extra["stream"], event.extra["partition"]))
+                closed = ClosedPartition.from_dict(event.extra)
+                out.append(hourly_summary(airflow_config(), closed.stream, closed.partition))
         return out
 
     summarize_closed_hours()

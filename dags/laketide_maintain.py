@@ -10,9 +10,10 @@ so), each recorded in the maintenance record (`make status` shows the age of the
   are batched into one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
 * **laketide_maintain_daily**: `expire_snapshots` (every writer's newest marker is kept) and
   `remove_orphan_files` (files older than `orphan_age`, never less than a day).
-* **laketide_maintain_thresholds**: hourly, from metadata only: a table with more manifests than
-  `max_manifests` or more snapshots than `max_snapshots` gets `rewrite_manifests` / `expire_snapshots` at
-  once (nothing due: the run stops before Spark).
+* **laketide_maintain_thresholds**: hourly, from metadata only: a table with a closed hour holding more small
+  data files than `max_small_files`, more manifests than `max_manifests` or more snapshots than
+  `max_snapshots` gets `rewrite_data_files` / `rewrite_manifests` / `expire_snapshots` at once (nothing due:
+  the run stops before Spark).
 * **laketide_maintain**: manual, with a form: table (`all` or one), actions (`default` = each table's
   policy), dry run (plan and count, change nothing). The params are checked before anything runs.
 
@@ -72,7 +73,8 @@ with DAG(
         """Check the params against the configuration before anything runs (a bad request is not retried)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from laketide.maintain.plan import MaintenanceRequestError, validate_request
+        from laketide.errors import MaintenanceRequestError
+        from laketide.maintain.plan import validate_request
 
         params = context["params"]
         try:
@@ -119,7 +121,7 @@ with DAG(
 
 with DAG(
     dag_id="laketide_maintain_thresholds",
-    description="Maintenance of tables past their thresholds (too many manifests or snapshots)",
+    description="Maintenance of tables past their thresholds (too many small files, manifests or snapshots)",
     doc_md=__doc__,
     schedule=CronTriggerTimetable(_config.maintenance.threshold_schedule, timezone="UTC"),
     start_date=datetime(2026, 1, 1),
@@ -131,7 +133,7 @@ with DAG(
 
     @task.short_circuit
     def due() -> dict[str, str] | None:
-        """Tables past max_manifests or max_snapshots (metadata only); none: the run ends here."""
+        """Tables past max_small_files, max_manifests or max_snapshots (metadata only); none: the run ends here."""
         from laketide.maintain.health import due_by_threshold
 
         tables = due_by_threshold(airflow_config())

@@ -145,7 +145,8 @@ with DAG(
             """Verify a reopened hour and close it again (an Asset event names it)."""
             from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-            from laketide.close.closing import VerificationFailed, close, parse_hour, verify
+            from laketide.close.closing import close, parse_hour, verify
+            from laketide.errors import VerificationFailed
 
             config = airflow_config()
             cfg = config.stream(stream)
@@ -153,7 +154,7 @@ with DAG(
                 verified = verify(config, cfg, parse_hour(partition), context["run_id"])
             except VerificationFailed as exc:  # retried only while landing files are still pending
                 raise (AirflowException if exc.retryable else AirflowFailException)(str(exc)) from exc
-            context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"])
+            context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"]).to_dict()
 
         _hours = reopened()
         redo >> _hours

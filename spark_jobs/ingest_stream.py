@@ -6,7 +6,8 @@ Submitted by the ``laketide_ingest_<stream>`` DAG through ``SparkSubmitOperator`
 
 ``--mode continuous`` runs micro-batches on the stream's trigger interval until stopped (SIGTERM, or the
 stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes what has landed and exits.
-Exit codes: 0 done, 2 bad arguments or configuration, 3 checkpoint and table disagree, 4 another writer of
+Exit codes: 0 done, 2 bad arguments or configuration (or ``commit_path: internal`` on a Spark or Iceberg the
+internal commit path was not written for), 3 checkpoint and table disagree, 4 another writer of
 the stream is running, 5 this writer lost the stream to another one, 6 the catalog stayed unreachable,
 7 the Spark JVM died (e.g. out of memory). The process always exits once the writer is done: threads left
 behind by a JVM that died must not keep it alive (Airflow would see a hung task).
@@ -29,7 +30,7 @@ from laketide.errors import (
 )
 
 EXIT_CODES: dict[type[Exception], int] = {
-    CheckpointMismatchError: 3, WriterBusyError: 4, WriterFencedError: 5, CatalogUnavailableError: 6,
+    ConfigError: 2, CheckpointMismatchError: 3, WriterBusyError: 4, WriterFencedError: 5, CatalogUnavailableError: 6,
 }
 
 

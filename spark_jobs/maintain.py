@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default=None, help="recorded with every action (default: a new id)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from laketide.maintain.plan import MaintenanceRequestError, validate_request
+    from laketide.errors import MaintenanceRequestError
+    from laketide.maintain.plan import validate_request
 
     try:
         config = get_config()

@@ -41,10 +41,11 @@ def marker_batch(config_path: Path, table_attr: str = "table") -> int | None:
         ("batch_start", 1, 1, 1),
     ],
 )
+@pytest.mark.parametrize("commit_path", ["internal", "public"])
 def test_kill_and_restart(
-    tmp_path: Path, point: str, events_batch: int, rejects_batch: int, spark_committed: int
+    tmp_path: Path, point: str, events_batch: int, rejects_batch: int, spark_committed: int, commit_path: str
 ) -> None:
-    config_path = landed(tmp_path, max_files_per_trigger=5)
+    config_path = landed(tmp_path, max_files_per_trigger=5, commit_path=commit_path)
     faults = tmp_path / "faults"
     batch = 2 if point == "batch_start" else 1
     proc = start_writer(config_path, LAKETIDE_FAULT=f"{point}:{batch}", LAKETIDE_FAULT_DIR=str(faults))
@@ -61,6 +62,11 @@ def test_kill_and_restart(
     if point == "after_commit":
         assert "batch 1 already committed to lake.clicks by clicks-writer: skipped" in writer_log(config_path)
     assert_exactly_once(config_path)
+    if commit_path == "public":  # the staging branch of the killed attempt was removed by the next publish
+        config = load(config_path)
+        catalog = load_catalog(config.catalog)
+        for table in (config.stream("clicks").table, config.stream("clicks").rejects_table):
+            assert set(catalog.load_table(table).metadata.refs) == {"main"}
 
 
 def test_continuous_writer_killed_while_producer_runs_then_stops_gracefully(tmp_path: Path) -> None:

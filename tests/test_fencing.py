@@ -79,8 +79,16 @@ def stop_writer(config_path: Path, proc: subprocess.Popen[bytes], log: Path) -> 
 
 
 def test_frozen_writer_overtaken_then_resumed_commits_nothing(tmp_path: Path, catalog_uri: str | None) -> None:
-    config_path = use_catalog(landed(tmp_path, max_files_per_trigger=5, trigger_interval="1s", writer_lease="5s"),
-                              catalog_uri)
+    frozen_writer_overtaken(tmp_path, catalog_uri, "internal")
+
+
+def test_frozen_writer_overtaken_then_resumed_commits_nothing_on_the_public_path(tmp_path: Path) -> None:
+    frozen_writer_overtaken(tmp_path, None, "public")
+
+
+def frozen_writer_overtaken(tmp_path: Path, catalog_uri: str | None, commit_path: str) -> None:
+    config_path = use_catalog(landed(tmp_path, max_files_per_trigger=5, trigger_interval="1s", writer_lease="5s",
+                                     commit_path=commit_path), catalog_uri)
     faults = tmp_path / "faults"
     log_a, log_b, log_c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
     a = start_writer(config_path, mode="continuous", log=log_a, LAKETIDE_FAULT="before_commit:1",
@@ -208,3 +216,79 @@ def test_a_commit_from_a_stale_marker_is_fenced_and_changes_nothing(spark: objec
     writer._publish(table(), [], props(2), 2, before_2)
     marker = sink.table_marker(table(), stream.writer_id)
     assert marker is not None and marker.batch_id == 2
+
+
+def test_a_public_commit_from_a_stale_marker_is_fenced_and_changes_nothing(spark: object, tmp_path: Path) -> None:
+    """The public path's fence, deterministically: a stale start fails before staging; a commit of the same
+    batch by another writer between the staging write and the fast-forward fails the fast-forward (Iceberg
+    does not rebase a reference update), and the retry is fenced; any other commit there is built upon."""
+    from laketide.errors import WriterFencedError
+    from laketide.ingest import public_sink
+    from laketide.ingest.tables import ensure_tables
+    from laketide.lake.commits import summary_properties
+    from tests.helpers import write_config
+
+    config = load(write_config(tmp_path, table="pfence.events", rejects_table="pfence.rejects"))
+    stream = config.stream("clicks")
+    ensure_tables(spark, config, stream)  # type: ignore[arg-type]
+    api = public_sink.PublicIceberg(spark)  # type: ignore[arg-type]
+    name = "laketide.pfence.rejects"
+
+    def rows(batch: int) -> object:
+        return spark.sql(  # type: ignore[attr-defined]
+            f"SELECT 'x' AS raw, 'r' AS reason, 'f{batch}' AS source_file, CAST(NULL AS TIMESTAMP) AS event_hour, "
+            f"CAST({batch} AS BIGINT) AS batch_id, 'w' AS writer_id, current_timestamp() AS rejected_at")
+
+    def publish(batch: int, expected: object, staged: object = lambda: None) -> int:
+        return public_sink.publish(api, name, rows(batch), summary_properties(stream.writer_id, batch, [], {}),  # type: ignore[arg-type]
+                                   stream.writer_id, batch, expected, config.catalog.retry_timeout,  # type: ignore[arg-type]
+                                   staged=staged)  # type: ignore[arg-type]
+
+    def marker() -> object:
+        return public_sink.table_marker(api.table(name), stream.writer_id)
+
+    def snapshots() -> int:
+        return int(api.table(name).snapshots().size())  # type: ignore[attr-defined]
+
+    publish(0, None)
+    before_1 = marker()
+    assert before_1 is not None and before_1.batch_id == 0  # type: ignore[attr-defined]
+    publish(1, before_1)  # the replacement commits batch 1
+    count = snapshots()
+    with pytest.raises(WriterFencedError, match="moved on under this writer"):
+        publish(1, before_1)  # the zombie's batch 1, started from batch 0: refused before staging
+    assert snapshots() == count
+
+    # the zombie staged batch 2 while the replacement committed batch 2: its fast-forward fails, it is fenced
+    before_2 = marker()
+    with pytest.raises(WriterFencedError, match="moved on under this writer"):
+        publish(2, before_2, staged=lambda: publish(2, before_2))
+    found = marker()
+    assert found is not None and found.batch_id == 2  # type: ignore[attr-defined]
+    assert spark.table(name).where("batch_id = 2").count() == 1  # type: ignore[attr-defined]
+
+    # another committer's snapshot (a compaction, an expiry) between staging and fast-forward is built upon
+    foreign: list[int] = []
+
+    def maintenance() -> None:
+        if not foreign:
+            api.table(name).newFastAppend().set("laketide.maintenance", "test").commit()  # type: ignore[attr-defined]
+            foreign.append(1)
+
+    publish(3, found, staged=maintenance)
+    found = marker()
+    assert found is not None and found.batch_id == 3  # type: ignore[attr-defined]
+    assert spark.table(name).where("batch_id = 3").count() == 1  # type: ignore[attr-defined]
+    assert set(api.table(name).refs().keySet().toArray()) == {"main"}  # type: ignore[attr-defined]
+
+    # what the fence relies on: Iceberg commits a fast-forward from exactly the metadata read when
+    # manageSnapshots() was called; if main moved meanwhile it fails, it neither rebases nor overwrites main
+    table = api.table(name)
+    table.manageSnapshots().createBranch("probe").commit()  # type: ignore[attr-defined]
+    table.newFastAppend().toBranch("probe").set("probe", "1").commit()  # type: ignore[attr-defined]
+    manage = table.manageSnapshots()  # type: ignore[attr-defined]
+    table.newFastAppend().set("laketide.maintenance", "moved").commit()  # type: ignore[attr-defined]
+    moved = int(api.table(name).currentSnapshot().snapshotId())  # type: ignore[attr-defined]
+    with pytest.raises(Exception, match="CommitFailedException"):
+        manage.fastForwardBranch("main", "probe").commit()
+    assert int(api.table(name).currentSnapshot().snapshotId()) == moved  # type: ignore[attr-defined]

@@ -52,3 +52,14 @@ def test_one_catalog_per_process_and_setting(tmp_path: Path) -> None:
     for _ in range(5):
         assert load_catalog(config.catalog) is first
     assert catalog_module.constructions == before + 1
+
+
+def test_hooks_share_the_process_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every hook (each task, each sensor poke) gets the process's one catalog for the settings in force."""
+    monkeypatch.delenv("AIRFLOW_CONN_LAKETIDE_CATALOG", raising=False)
+    config = load(write_config(tmp_path))
+    before = catalog_module.constructions
+    first = LaketideCatalogHook(config=config).get_conn()
+    assert all(LaketideCatalogHook(config=config).get_conn() is first for _ in range(5))
+    assert load_catalog(config.catalog) is first
+    assert catalog_module.constructions == before + 1

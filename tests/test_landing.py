@@ -1,4 +1,5 @@
-"""The landing-zone contract helpers: partition keys, atomic publish, audit records, expected counts."""
+"""The landing-zone contract helpers (partition keys, atomic publish, audit records, expected counts) and the
+inspection of a landing zone (reports by file)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from laketide.ingest import landing
+from laketide.ingest import inspection, landing
 
 P3 = "2026-11-22T03:00:00+00:00"
 P4 = "2026-11-22T04:00:00+00:00"
@@ -210,7 +211,7 @@ def test_next_seq_continues_after_existing_files(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ inspect: nothing lost silently
 
-T = landing.EventTime("t")
+T = inspection.EventTime("t")
 
 
 def _event(hour: str, minute: int = 5) -> str:
@@ -225,7 +226,7 @@ def _audit(tmp_path: Path, name: str, partitions: dict[str, int], prefix: str = 
     (folder / landing.audit_name(name)).write_text(json.dumps(record))
 
 
-def _reasons(report: landing.Inspection) -> dict[str, list[str]]:
+def _reasons(report: inspection.Inspection) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for f in report.findings:
         out.setdefault(f.file, []).append(str(f.reason))
@@ -235,7 +236,7 @@ def _reasons(report: landing.Inspection) -> dict[str, list[str]]:
 def test_inspect_a_clean_landing_zone_reports_nothing(tmp_path: Path) -> None:
     good = landing.publish(tmp_path, [_event(P3, m) for m in range(3)], P3, "p", 0, "s")
     fresh = landing.publish(tmp_path, [_event(P4)], P4, "p", 1, "s")
-    report = landing.inspect(tmp_path, {good.name: landing.file_stat(good)}, event_time=T)
+    report = inspection.inspect(tmp_path, {good.name: landing.file_stat(good)}, event_time=T)
     assert report.findings == []
     assert report.pending == [fresh.name] and report.pending_for(P4) == [fresh.name] and report.pending_for(P3) == []
     assert report.expected() == {P3: 3, P4: 1} == landing.expected_counts(tmp_path)
@@ -272,7 +273,7 @@ def test_inspect_names_every_file_that_would_be_lost(tmp_path: Path) -> None:
     multi.write_text(f"{_event(P3)}\n{_event(P4)}\n")
     _audit(tmp_path, multi.name, {P3: 1, P4: 1})
 
-    report = landing.inspect(tmp_path, {}, event_time=T)
+    report = inspection.inspect(tmp_path, {}, event_time=T)
     assert _reasons(report) == {
         under.name: ["hidden name"],
         ".20261122T03-p-00000009-0000abcd.jsonl": ["hidden name", "no audit"],
@@ -301,9 +302,9 @@ def test_inspect_names_every_file_that_would_be_lost(tmp_path: Path) -> None:
     assert report.expected() == {P3: 2 + 4 + 3 + 4 + 1, P4: 1}
     # a scoped inspection reads only the files of its hour (by audit or name) and the files it is given
     # (the verification gives the sources of the hour's rows: the split file, once ingested)
-    scoped = landing.inspect(tmp_path, {}, event_time=T, hours={P4})
+    scoped = inspection.inspect(tmp_path, {}, event_time=T, hours={P4})
     assert {f.file for f in scoped.findings} == {quiet_empty.name, multi.name}
-    scoped = landing.inspect(tmp_path, {}, event_time=T, hours={P4}, files={split.name})
+    scoped = inspection.inspect(tmp_path, {}, event_time=T, hours={P4}, files={split.name})
     assert {f.file for f in scoped.findings} == {quiet_empty.name, split.name, multi.name}
     assert scoped.expected() == report.expected()
 
@@ -322,7 +323,7 @@ def test_inspect_tells_files_changed_or_deleted_after_ingest(tmp_path: Path) -> 
     gone_with_audit.unlink()
     (landing.audit_dir(tmp_path) / landing.audit_name(gone_with_audit.name)).unlink()
 
-    report = landing.inspect(tmp_path, ingested, event_time=T)
+    report = inspection.inspect(tmp_path, ingested, event_time=T)
     by_file = {f.file: f for f in reversed(report.findings)}  # the first finding of each file
     assert _reasons(report) == {grown.name: ["changed after ingest", "audit count differs"],
                                 gone.name: ["deleted after ingest"], gone_with_audit.name: ["deleted after ingest"]}

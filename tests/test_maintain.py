@@ -6,6 +6,8 @@ own throwaway SQLite catalog).
 * expiry keeps the writer's newest marker: a writer killed after expiry restarts without duplicates;
 * orphan removal removes the files of a killed batch attempt and no live file; a dry run changes nothing;
 * the writer ingests continuously while compaction, manifest rewrite and expiry run again and again.
+* a long history (a thousand small commits, built with the Java API in one transaction) is brought back to
+  metadata of a bounded size, and the status check and pyiceberg's load_table do less work afterwards.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import yaml
 
 from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
-from laketide.config import ConfigError, LaketideConfig
+from laketide.config import LaketideConfig
 from laketide.dev.producer import make_event
+from laketide.errors import ConfigError, UnsafeOrphanAgeError
 from laketide.ingest.landing import parse_partition, publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import table_marker
@@ -306,7 +309,7 @@ def test_retention_shorter_than_a_close_is_refused(tmp_path: Path) -> None:
 def test_unsafe_orphan_age_is_refused_at_run_time() -> None:
     from laketide.config import TablePolicy
 
-    with pytest.raises(plan.UnsafeOrphanAgeError, match="below the safe floor"):
+    with pytest.raises(UnsafeOrphanAgeError, match="below the safe floor"):
         plan.check_orphan_age(timedelta(hours=2))
     assert plan.check_orphan_age(timedelta(days=3)) == timedelta(days=3)
     with pytest.raises(ValueError, match="below the safe floor"):
@@ -425,6 +428,22 @@ def test_threshold_actions() -> None:
     assert plan.threshold_actions(50, 6000, only_expiry) == ["expire_snapshots"]
 
 
+def test_small_file_threshold_counts_closed_hours_only() -> None:
+    from laketide.config import TablePolicy
+
+    h = [datetime(2026, 11, 22, i, tzinfo=UTC) for i in range(3)]
+    mb = 1024**2
+    # target 4MB: small is below 3MB; hour 0 has 3 small files and a big one, hour 1 two small, hour 2 (open) 9
+    sizes = {h[0]: [mb, mb, 2 * mb, 4 * mb], h[1]: [mb, 2 * mb], h[2]: [mb] * 9}
+    per_hour = plan.small_files_per_hour(sizes, [h[0], h[1]], 4 * mb)
+    assert per_hour == {h[0]: 3, h[1]: 2}
+    policy = TablePolicy(target_file_size=4 * mb, max_small_files=2)
+    assert plan.threshold_actions(1, 1, policy, max(per_hour.values())) == ["rewrite_data_files"]
+    assert plan.threshold_actions(1, 1, policy, 2) == []
+    no_compaction = TablePolicy(actions=["expire_snapshots"], max_small_files=2)
+    assert plan.threshold_actions(1, 1, no_compaction, 30) == []
+
+
 def test_compaction_plan() -> None:
     h = [datetime(2026, 11, 22, i, tzinfo=UTC) for i in range(6)]
     assert plan.hours_to_compact([h[0], h[1], h[3]], {h[0]: 5, h[1]: 1, h[2]: 9, h[3]: 2}, 2) == [h[0], h[3]]
@@ -488,3 +507,150 @@ def test_a_compaction_that_keeps_losing_gives_up_cleanly(tmp_path: Path, monkeyp
     rec = maintainer.action(target, "rewrite_manifests", policy, dry_run=False)
     assert rec.outcome == "failed" and rec.error == "ValueError: something else"
     assert [r.outcome for r in kept] == ["gave_up", "failed"]
+
+
+# -- a long history ---------------------------------------------------------------------------------------
+
+
+def use_catalog(config: LaketideConfig, spark: Any) -> None:
+    """Point the module's Spark session at this test's catalog."""
+    from laketide.lake.spark import spark_conf
+
+    for key, value in spark_conf(config).items():
+        if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
+            spark.conf.set(key, value)
+
+
+def build_history(config: LaketideConfig, spark: Any, commits: int, hours: list[datetime]) -> None:
+    """``commits`` small writer commits spread over ``hours``, fast: each adds one tiny data file (a real Parquet
+    file) and carries the writer's markers in its summary, like a micro-batch; they are real Iceberg commits made
+    with the Java API inside one transaction, so the catalog swap and the metadata file are written once instead
+    of ``commits`` times, and no Spark job runs (the history a writer leaves over days, without its micro-batches)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from laketide.ingest.landing import partition_key
+    from laketide.ingest.tables import ensure_tables
+    from laketide.lake.commits import (
+        BATCH_ID,
+        MAX_EVENT_TIME,
+        MIN_EVENT_TIME,
+        PARTITION_ROWS,
+        SOURCE_FILES,
+        WATERMARK,
+        WRITER_ID,
+    )
+
+    stream = config.stream("clicks")
+    use_catalog(config, spark)
+    ensure_tables(spark, config, stream)
+    table = load_catalog(config.catalog).load_table(EVENTS)
+    schema = table.schema().as_arrow()  # carries the Iceberg field ids
+    folder = Path(urlparse(table.metadata.location).path, "data", "history")
+    folder.mkdir(parents=True)
+    jvm = spark._jvm
+    jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, f"{config.catalog.name}.{EVENTS}")
+    spec = jtable.spec()
+    (field,) = [f.name() for f in spec.fields()]
+    txn = jtable.newTransaction()
+    for batch in range(commits):
+        hour = hours[batch * len(hours) // commits]
+        at = hour + timedelta(seconds=batch % 3600)
+        path = folder / f"{batch:05d}.parquet"
+        pq.write_table(pa.Table.from_pylist([{
+            "event_id": f"e{batch}", "event_time": at, "user_id": batch, "page": "/p", "_source_file": f"f{batch}",
+            "_batch_id": batch}], schema=schema), path)
+        data_file = (jvm.org.apache.iceberg.DataFiles.builder(spec).withPath(f"file:{path}")
+                     .withFileSizeInBytes(path.stat().st_size).withRecordCount(1).withFormat("PARQUET")
+                     .withPartitionPath(f"{field}={int(hour.timestamp()) // 3600}").build())
+        append = txn.newAppend().appendFile(data_file)  # merges manifests past 100, as Spark's appends do
+        for key, value in {WRITER_ID: stream.writer_id, BATCH_ID: str(batch), WATERMARK: at.isoformat(),
+                           MIN_EVENT_TIME: at.isoformat(), MAX_EVENT_TIME: at.isoformat(),
+                           PARTITION_ROWS: json.dumps({partition_key(hour): 1}),
+                           SOURCE_FILES: json.dumps([f"f{batch}"])}.items():
+            append.set(key, value)
+        append.commit()
+    txn.commitTransaction()
+
+
+def metadata_figures(config: LaketideConfig) -> dict[str, int]:
+    """What a reader of the table's metadata pays for: the metadata file, snapshots, manifests."""
+    from laketide.maintain.health import table_stats
+
+    stats = table_stats(load_catalog(config.catalog).load_table(EVENTS))
+    return {"metadata_bytes": stats.metadata_bytes, "snapshots": stats.snapshots, "manifests": stats.manifests}
+
+
+def check_cost(config: LaketideConfig, hour: datetime) -> tuple[int, float, float]:
+    """Snapshots a first status check of ``hour`` walks, and the best of three timings of ``check_partitions``
+    and of pyiceberg ``load_table``."""
+    from laketide.close.partitions import check_partitions, enough_history
+    from laketide.lake.snapshots import lineage
+
+    stream = config.stream("clicks")
+    catalog = load_catalog(config.catalog)
+    now = datetime.now(UTC)
+    walked = len(lineage(catalog, EVENTS, enough_history(stream, hour, now))[1])
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return walked, best(lambda: check_partitions(config, stream, [hour])), best(lambda: catalog.load_table(EVENTS))
+
+
+#: what one maintenance run leaves of any history, however long: the metadata file (50 snapshots with the writer's
+#: summaries, a short metadata log) stays far below this
+METADATA_BOUND = 256 * 1024
+
+
+def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, tmp_path: Path) -> None:
+    """A thousand small commits: after one maintenance run (compaction of the closed hours, manifest rewrite, expiry
+    two days later) the metadata is back under fixed bounds that do not depend on the history's length (snapshots:
+    ``min_snapshots``; manifests: a few; the metadata file: ``METADATA_BOUND``); the writer's newest marker
+    survives; a first status check walks and pyiceberg ``load_table`` parses a fraction of what they did before,
+    and both take less time."""
+    from laketide.maintain.health import due_by_threshold
+    from tests.helpers import write_config
+
+    commits = 1000
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=6)
+    hours = [start + timedelta(hours=i) for i in range(4)]
+    closed = hours[:3]
+    config = load(with_catalog(write_config(tmp_path)))
+    policy = config.maintenance.policy(EVENTS)
+    build_history(config, spark, commits, hours)
+    close_hours(config, *closed)
+    before = metadata_figures(config)
+    assert before["snapshots"] == commits
+    assert before["metadata_bytes"] > METADATA_BOUND  # the history is long enough to matter
+    walked_before, check_before, load_before = check_cost(config, hours[-1])
+    assert walked_before == commits  # every commit is recent: a first check walks them all
+    # the threshold run sees it from metadata: 250 small files in each closed hour, more than max_small_files
+    assert due_by_threshold(config).get(EVENTS) == ["rewrite_data_files"]
+
+    done = maintain(config, spark, EVENTS, "rewrite_data_files,rewrite_manifests,expire_snapshots",
+                    now=datetime.now(UTC) + timedelta(days=2))
+    assert {r.action: r.outcome for r in done} == {
+        "rewrite_data_files": "ok", "rewrite_manifests": "ok", "expire_snapshots": "ok"}, [r.line() for r in done]
+    table = load_catalog(config.catalog).load_table(EVENTS)
+    counts = file_counts(table)
+    assert all(counts[h] == 1 for h in closed), counts  # each closed hour compacted to one file
+    assert counts[hours[-1]] == commits // len(hours)  # the open hour is left alone
+    marker = table_marker(load_catalog(config.catalog), EVENTS, "clicks-writer")
+    assert marker is not None and marker.batch_id == commits - 1  # the dedupe key survives expiry
+    after = metadata_figures(config)
+    assert after["snapshots"] <= policy.min_snapshots + 1, after
+    assert after["manifests"] <= 4, after
+    assert after["metadata_bytes"] < METADATA_BOUND, after
+    assert EVENTS not in due_by_threshold(config)
+
+    walked_after, check_after, load_after = check_cost(config, hours[-1])
+    assert walked_after <= policy.min_snapshots + 1
+    assert check_after < check_before and load_after < load_before, (
+        (check_before, check_after), (load_before, load_after))

@@ -322,7 +322,7 @@ def test_landed_file_not_committed_is_a_backlog(lake: Lake) -> None:
 
 def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytest.MonkeyPatch) -> None:
     from laketide.close import partitions
-    from laketide.ingest.landing import Landed
+    from laketide.ingest.inspection import Landed
 
     def commit(i: int, at: int, files: dict[str, int]) -> Snap:
         summary = {"laketide.writer-id": "w", "laketide.source-files": json.dumps(sorted(files)),
@@ -370,7 +370,7 @@ def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytes
 
 
 def test_backlog_splits_by_hour() -> None:
-    from laketide.ingest.landing import Landed
+    from laketide.ingest.inspection import Landed
 
     files = [Landed("a", 1, 1, 5, KEY), Landed("b", 1, 2, 9, "2026-11-22T04:00:00+00:00"), Landed("c", 1, 3, 7, None),
              Landed("d", 1, 4, 4, "2026-11-22T01:00:00+00:00")]
@@ -402,7 +402,8 @@ def test_landed_files_reads_the_listing_only(tmp_path: Path) -> None:
     hour from the name, else from the audit record, else unknown."""
     import os
 
-    from laketide.ingest.landing import audit_dir, data_dir, landed_files, publish
+    from laketide.ingest.inspection import landed_files
+    from laketide.ingest.landing import audit_dir, data_dir, publish
 
     contract = publish(tmp_path, ['{"a": 1}'], KEY, "p", 0, "clicks")
     data, audits = data_dir(tmp_path), audit_dir(tmp_path)

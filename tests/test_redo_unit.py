@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from laketide.errors import RequestError
+from laketide.errors import CheckpointFormatError, RequestError
 from laketide.ingest.landing import FileStat
 from laketide.lake.commits import BATCH_ID, SOURCE_FILES, SOURCE_STATS, WRITER_ID
 from laketide.redo import checkpoint
@@ -163,5 +163,5 @@ def test_checkpoint_rebuilt_at_a_position(tmp_path: Path) -> None:
     checkpoint.replace(old, "run-2", None, {}, data)
     assert [p.name for p in old.iterdir()] == ["metadata"]
     (backup / "offsets" / "1").write_text("v2\n{}")
-    with pytest.raises(checkpoint.CheckpointFormatError, match="expected 'v1'"):
+    with pytest.raises(CheckpointFormatError, match="expected 'v1'"):
         checkpoint.build(backup, tmp_path / "x", 3, position, data)

@@ -17,11 +17,11 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import ancestors_of
 from pyiceberg.types import LongType, NestedField
 
-from laketide.errors import LaketideError
+from laketide.errors import LaketideError, TableNotFoundError
 from laketide.lake import snapshots
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import should_write, table_marker
-from laketide.lake.snapshots import Snap, TableNotFoundError, lineage, metadata_location
+from laketide.lake.snapshots import Snap, lineage, metadata_location
 from tests.helpers import load
 
 EVENTS = "snaptest.events"

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from laketide.close.partitions import State
-from laketide.close.status import StatusRecord, StatusRecordError, history, latest, main, record, status_table
+from laketide.close.status import StatusRecord, history, latest, main, record, status_table
 from laketide.config import LaketideConfig
-from laketide.errors import ConfigError
+from laketide.errors import ConfigError, StatusRecordError
 from laketide.lake.catalog import load_catalog
 from tests.helpers import config_env, load, write_config
 

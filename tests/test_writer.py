@@ -57,13 +57,14 @@ def assert_exactly_once(config_path: Path) -> dict[str, int]:
 
 
 def lineage_summaries(table: Any) -> list[dict[str, str]]:
-    """Summaries of the table's current lineage, oldest first."""
+    """Summaries of the table's current lineage that carry a writer marker, oldest first (the public commit
+    path's first snapshot of a table is the empty one Iceberg makes for the first staging branch)."""
     by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
     node, out = by_id.get(table.metadata.current_snapshot_id), []
     while node is not None:
         out.append(dict(node.summary.additional_properties))
         node = by_id.get(node.parent_snapshot_id) if node.parent_snapshot_id is not None else None
-    return out[::-1]
+    return [s for s in out[::-1] if WRITER_ID in s]
 
 
 def add_blank_lines(config_path: Path) -> None:
@@ -73,8 +74,14 @@ def add_blank_lines(config_path: Path) -> None:
     path.write_bytes(b"\n".join([b"", *lines[:3], b"   ", *lines[3:-1], b"\t", b""]))
 
 
-def test_end_to_end_exactly_once(tmp_path: Path) -> None:
-    config_path = landed(tmp_path)
+@pytest.fixture(params=["internal", "public"])
+def commit_path(request: pytest.FixtureRequest) -> str:
+    """The writer's commit path (stream setting ``commit_path``)."""
+    return str(request.param)
+
+
+def test_end_to_end_exactly_once(tmp_path: Path, commit_path: str) -> None:
+    config_path = landed(tmp_path, commit_path=commit_path)
     add_blank_lines(config_path)
     assert run_writer(config_path) == 0, writer_log(config_path)
     lake = assert_exactly_once(config_path)
@@ -96,9 +103,12 @@ def test_end_to_end_exactly_once(tmp_path: Path) -> None:
         for part, n in json.loads(s[PARTITION_ROWS]).items():
             rows[part] = rows.get(part, 0) + n
     assert rows == lake
-    # one snapshot per batch, and every data file on disk is one the table references: the files of the
-    # rejected lines (null hour partition of the pre-commit) were deleted, no pre-commit file is left over
-    assert len(events.metadata.snapshots) == len(summaries)
+    # one snapshot per batch (the public path: plus the empty first one, and no staging branch is left),
+    # and every data file on disk is one the table references: the files of the rejected lines (null hour
+    # partition of the internal pre-commit) were deleted, no pre-commit file is left over
+    assert len(events.metadata.snapshots) == len(summaries) + (commit_path == "public")
+    assert set(events.metadata.refs) == {"main"}
+    assert f"({commit_path} commit path)" in writer_log(config_path)
     referenced = {urlparse(task.file.file_path).path for task in events.scan().plan_files()}
     on_disk = {str(f) for f in Path(urlparse(events.metadata.location).path, "data").rglob("*.parquet")}
     assert on_disk == referenced and not any("event_time_hour=null" in f for f in on_disk)

@@ -1,6 +1,14 @@
-"""All laketide errors; each message names what is wrong and what to do."""
+"""All laketide errors; each message names what is wrong and what to do.
+
+Every exception class of the package is defined here (the modules that raise one import it from here).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from laketide.close.verify import Verification
 
 
 class LaketideError(Exception):
@@ -31,9 +39,62 @@ class CatalogUnavailableError(LaketideError):
     """The catalog stayed unreachable or busy for longer than ``catalog.retry_timeout``."""
 
 
+# ---------------------------------------------------------------- lake
+
+
+class TableNotFoundError(LaketideError):
+    """The Iceberg table is not in the catalog."""
+
+
+# ---------------------------------------------------------------- close
+
+
+class VerificationFailed(LaketideError):
+    """Counts do not add up: the partition stays unclosed. ``retryable`` when files are still pending."""
+
+    def __init__(self, verification: Verification) -> None:
+        super().__init__(verification.message())
+        self.verification = verification
+        self.retryable = verification.pending_files > 0
+
+
+class RangeError(LaketideError, ValueError):
+    """A close-range param that is refused before anything is checked or recorded."""
+
+
+class RangeNotDecided(LaketideError):
+    """Hours of a range that are not complete or empty (yet) when the range's last hour is."""
+
+
+class StatusRecordError(LaketideError, ValueError):
+    """A status record holds a value the status table cannot take (unknown state, naive datetime, ...)."""
+
+
+# ---------------------------------------------------------------- maintain
+
+
+class MaintenanceRequestError(LaketideError, ValueError):
+    """A maintenance request (DAG params, command line) names an unknown table or action."""
+
+
+class UnsafeOrphanAgeError(LaketideError, ValueError):
+    """remove_orphan_files was asked for an age below the safe floor."""
+
+
+class GaveUp(LaketideError):
+    """An action lost to concurrent commits and stopped without changing the table."""
+
+
+# ---------------------------------------------------------------- redo (and other manual operations)
+
+
 class RequestError(LaketideError, ValueError):
     """A parameter of a manual operation (redo, backfill, repair) is refused before anything changes."""
 
 
 class RedoBusyError(LaketideError):
     """A redo cannot hold its stream: another redo of the stream runs, or the writer did not stop in time."""
+
+
+class CheckpointFormatError(LaketideError):
+    """An existing checkpoint file is not in the format the redo writes (another Spark version)."""

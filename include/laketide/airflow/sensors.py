@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from laketide.airflow.triggers import PartitionCompletionTrigger, check
+from laketide.close.results import PartitionEvent
 
 
 class PartitionCompletionSensor(BaseSensorOperator):
@@ -54,7 +55,7 @@ class PartitionCompletionSensor(BaseSensorOperator):
         catalog = self._catalog()
         status, cursor = check(self._config_path(), self.stream, self.partition, None, catalog=catalog)
         if status.decided:
-            return self._outcome(status.to_dict(), context)
+            return self._outcome(PartitionEvent.from_status(status), context)
         self.log.info("partition %s is %s: %s; deferring", self.partition, status.state, status.reason)
         deadline = datetime.now(UTC) + timedelta(seconds=self.timeout)
         self.defer(
@@ -70,28 +71,31 @@ class PartitionCompletionSensor(BaseSensorOperator):
     def poke(self, context: Any) -> PokeReturnValue:
         status, _ = check(self._config_path(), self.stream, self.partition, None, catalog=self._catalog())
         if status.decided:
-            return PokeReturnValue(is_done=True, xcom_value=self._outcome(status.to_dict(), context))
+            return PokeReturnValue(is_done=True, xcom_value=self._outcome(PartitionEvent.from_status(status), context))
         self.log.info("partition %s is %s: %s", self.partition, status.state, status.reason)
         return PokeReturnValue(is_done=False)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        return self._outcome(event, context)
+        return self._outcome(PartitionEvent.from_dict(event), context)
 
-    def _outcome(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def _outcome(self, event: PartitionEvent, context: Any) -> dict[str, Any]:
+        """Fail on a timeout or a gap; else the decision, as the XCom for the close (``PartitionEvent.to_dict()``)."""
         from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-        if event.get("timeout"):
-            raise AirflowSensorTimeout(
-                f"partition {event['partition']} of {event['stream']} still {event['state']} after "
-                f"{timedelta(seconds=self.timeout)}: {event['reason']}"
-            )
-        if event["state"] == "gap":
-            self._record_gap(event, context)
-            raise AirflowFailException(f"GAP in partition {event['partition']} of {event['stream']}: {event['reason']}")
-        self.log.info("partition %s is %s: %s", event["partition"], event["state"], event["reason"])
-        return event
+        from laketide.close.partitions import State
 
-    def _record_gap(self, event: dict[str, Any], context: Any) -> None:
+        if event.timeout:
+            raise AirflowSensorTimeout(
+                f"partition {event.partition} of {event.stream} still {event.state} after "
+                f"{timedelta(seconds=self.timeout)}: {event.reason}"
+            )
+        if event.state == State.GAP:
+            self._record_gap(event, context)
+            raise AirflowFailException(f"GAP in partition {event.partition} of {event.stream}: {event.reason}")
+        self.log.info("partition %s is %s: %s", event.partition, event.state, event.reason)
+        return event.to_dict()
+
+    def _record_gap(self, event: PartitionEvent, context: Any) -> None:
         from laketide.airflow.hooks import airflow_config
         from laketide.close.closing import record_decision
 

@@ -11,6 +11,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from laketide.close.partitions import Cursor, PartitionStatus
+from laketide.close.results import PartitionEvent
 
 
 def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] | None,
@@ -32,7 +33,8 @@ def check(config_path: str, stream: str, partition: str, cursor: dict[str, Any] 
 
 
 class PartitionCompletionTrigger(BaseTrigger):
-    """Fires when a partition is decided: complete, empty or gap; or when ``deadline`` passes (timeout).
+    """Fires when a partition is decided: complete, empty or gap; or when ``deadline`` passes (timeout). The event's
+    payload is a :class:`~laketide.close.results.PartitionEvent` (``to_dict()``).
 
     Each poll reads the snapshots committed since the previous poll (the cursor), the landing zone's listing and,
     for the backlog, the source positions of the newest commits (as far back as the landed files need), in a
@@ -74,10 +76,10 @@ class PartitionCompletionTrigger(BaseTrigger):
                                                   None, self.catalog)
             cursor = seen.to_dict()
             if status.decided:
-                yield TriggerEvent(status.to_dict())
+                yield TriggerEvent(PartitionEvent.from_status(status).to_dict())
                 return
             self.log.info("partition %s of %s is %s: %s", self.partition, self.stream, status.state, status.reason)
             if deadline is not None and datetime.now(UTC) >= deadline:
-                yield TriggerEvent({**status.to_dict(), "timeout": True})
+                yield TriggerEvent(PartitionEvent.from_status(status, timeout=True).to_dict())
                 return
             await asyncio.sleep(self.poke_interval)

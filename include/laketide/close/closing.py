@@ -12,23 +12,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 from laketide.close.partitions import State, check_partitions, partition_rows
+from laketide.close.results import ClosedPartition, PartitionEvent, VerifiedPartition
 from laketide.close.status import StatusRecord, history, record
 from laketide.close.verify import Verification, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.errors import LaketideError
+from laketide.errors import RangeError, RangeNotDecided, VerificationFailed
 from laketide.ingest.landing import HOUR, hour_start, parse_partition, partition_key
-
-
-class VerificationFailed(LaketideError):
-    """Counts do not add up: the partition stays unclosed. ``retryable`` when files are still pending."""
-
-    def __init__(self, verification: Verification) -> None:
-        super().__init__(verification.message())
-        self.verification = verification
-        self.retryable = verification.pending_files > 0
 
 
 def parse_hour(value: str | datetime) -> datetime:
@@ -42,14 +33,6 @@ def parse_hour(value: str | datetime) -> datetime:
     if dt.tzinfo is None:
         raise ValueError(f"partition {value!s} has no UTC offset: write e.g. 2026-11-22T03:00:00+00:00")
     return hour_start(dt)
-
-
-class RangeError(LaketideError, ValueError):
-    """A close-range param that is refused before anything is checked or recorded."""
-
-
-class RangeNotDecided(LaketideError):
-    """Hours of a range that are not complete or empty (yet) when the range's last hour is."""
 
 
 def close_range(start: str | None, end: str | None, now: datetime, max_hours: int) -> list[datetime] | None:
@@ -86,8 +69,8 @@ def close_range(start: str | None, end: str | None, now: datetime, max_hours: in
     return [first + i * HOUR for i in range(count)]
 
 
-def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str], last: dict[str, Any],
-                 now: datetime | None = None) -> list[dict[str, Any]]:
+def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str], last: PartitionEvent,
+                 now: datetime | None = None) -> list[PartitionEvent]:
     """The decision of every hour of a run, oldest first: ``last`` is the sensor's for the last hour, the others
     are checked now from metadata (together: :func:`laketide.close.partitions.check_partitions`).
 
@@ -97,30 +80,30 @@ def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str],
 
     :raises RangeNotDecided: naming each such hour with its state and reason
     """
-    decisions: list[dict[str, Any]] = []
+    decisions: list[PartitionEvent] = []
     undecided: list[str] = []
     for status in check_partitions(config, stream, [parse_hour(key) for key in hours[:-1]], now):
         key = partition_key(status.partition)
         if status.state in (State.COMPLETE, State.EMPTY):
-            decisions.append(status.to_dict())
+            decisions.append(PartitionEvent.from_status(status))
         else:
             undecided.append(f"{key} is {status.state}: {status.reason}")
     if undecided:
         raise RangeNotDecided(f"{len(undecided)} hour(s) of {stream.name} before {hours[-1]} (which is "
-                              f"{last['state']}) are not decided; nothing recorded: " + "; ".join(undecided))
+                              f"{last.state}) are not decided; nothing recorded: " + "; ".join(undecided))
     return [*decisions, last]
 
 
-def record_decision(config: LaketideConfig, decision: dict[str, Any], run_id: str | None) -> None:
-    """Record the sensor's decision about a partition (``PartitionStatus.to_dict()``) in the status table."""
+def record_decision(config: LaketideConfig, decision: PartitionEvent, run_id: str | None) -> None:
+    """Record the sensor's decision about a partition in the status table."""
     record(config, StatusRecord(
-        decision["stream"], parse_hour(decision["partition"]), State(decision["state"]), rows=decision["rows"],
-        snapshot_id=decision["snapshot_id"], reason=decision["reason"], run_id=run_id,
+        decision.stream, parse_hour(decision.partition), decision.state, rows=decision.rows,
+        snapshot_id=decision.snapshot_id, reason=decision.reason, run_id=run_id,
     ))
 
 
 def verify(config: LaketideConfig, stream: StreamConfig, partition: datetime, run_id: str | None = None,
-           decision: dict[str, Any] | None = None) -> dict[str, Any]:
+           decision: PartitionEvent | None = None) -> VerifiedPartition:
     """Record the sensor's decision (if given), verify the partition, record verified or failed.
 
     :raises VerificationFailed: with the numbers in the message; nothing is closed.
@@ -132,8 +115,7 @@ def verify(config: LaketideConfig, stream: StreamConfig, partition: datetime, ru
     record(config, _record(stream, partition, state, result, run_id))
     if not result.success:
         raise VerificationFailed(result)
-    return {"partition": partition_key(partition), "audit": result.audit, "lake": result.lake,
-            "rejects": result.rejects, "snapshot_id": result.snapshot_id, "results": str(result.results_path)}
+    return VerifiedPartition.from_verification(result)
 
 
 def _record(stream: StreamConfig, partition: datetime, state: State, result: Verification,
@@ -144,26 +126,18 @@ def _record(stream: StreamConfig, partition: datetime, state: State, result: Ver
     )
 
 
-def close(config: LaketideConfig, stream: StreamConfig, verified: dict[str, Any],
-          run_id: str | None = None) -> dict[str, Any]:
-    """Record the partition closed at the verified snapshot; return the Asset event's extra."""
-    partition = parse_partition(verified["partition"])
+def close(config: LaketideConfig, stream: StreamConfig, verified: VerifiedPartition,
+          run_id: str | None = None) -> ClosedPartition:
+    """Record the partition closed at the verified snapshot; return the close record (the Asset event's extra)."""
+    partition = parse_partition(verified.partition)
     record(config, StatusRecord(
-        stream.name, partition, State.CLOSED, rows=verified["lake"], rejects=verified["rejects"],
-        audit=verified["audit"], snapshot_id=verified["snapshot_id"],
-        verification=json.dumps({"success": True, "results": verified["results"]}),
-        reason=f"verified: audit {verified['audit']} == lake {verified['lake']} + rejects {verified['rejects']}",
+        stream.name, partition, State.CLOSED, rows=verified.lake, rejects=verified.rejects,
+        audit=verified.audit, snapshot_id=verified.snapshot_id,
+        verification=json.dumps({"success": True, "results": verified.results}),
+        reason=f"verified: audit {verified.audit} == lake {verified.lake} + rejects {verified.rejects}",
         run_id=run_id,
     ))
-    return close_extra(stream, verified)
-
-
-def close_extra(stream: StreamConfig, verified: dict[str, Any]) -> dict[str, Any]:
-    """What downstream DAGs get in the Asset event: the table, the partition and its counts."""
-    return {
-        "stream": stream.name, "table": stream.table, "partition": verified["partition"],
-        "rows": verified["lake"], "rejects": verified["rejects"], "snapshot_id": verified["snapshot_id"],
-    }
+    return ClosedPartition.of(stream, verified)
 
 
 def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | None = None) -> list[str]:

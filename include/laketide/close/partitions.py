@@ -16,10 +16,12 @@ from enum import StrEnum
 from typing import Any
 
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.landing import HOUR, Landed, from_epoch_hours, hour_start, landed_files, partition_key
+from laketide.errors import TableNotFoundError
+from laketide.ingest.inspection import Landed, landed_files
+from laketide.ingest.landing import HOUR, from_epoch_hours, hour_start, partition_key
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
-from laketide.lake.snapshots import Snap, TableNotFoundError, lineage
+from laketide.lake.snapshots import Snap, lineage
 
 
 class State(StrEnum):

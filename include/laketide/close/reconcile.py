@@ -3,9 +3,9 @@
 Reads the audit records of the landing zone and the two Iceberg tables through pyiceberg (no JVM).
 A rejected line is attributed to a partition through its source file's audit record (a landing file
 holds one partition); when an audit names several partitions, the reject's event hour decides.
-The expected count of a partition is ``landing.Inspection.expected`` (the close's verification uses the
+The expected count of a partition is ``inspection.Inspection.expected`` (the close's verification uses the
 same), and every landing file that is neither ingested nor pending is reported by name with its reason
-(``landing.inspect``, against the source positions in the events table's snapshot summaries).
+(``inspection.inspect``, against the source positions in the events table's snapshot summaries).
 
 Run ``python -m laketide.close.reconcile [--stream NAME]`` for a per-partition report.
 """
@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig, get_config
-from laketide.ingest.landing import EventTime, FileStat, Finding, Inspection, inspect, partition_key, read_audits
+from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
+from laketide.ingest.landing import FileStat, partition_key, read_audits
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import ingested_files
 
@@ -61,7 +62,7 @@ class Report:
     unattributed_rejects: int = 0
     #: published landing files the writer has not ingested yet (counted in ``partitions[].audit``)
     pending_files: list[str] = field(default_factory=list)
-    #: landing files reported by name with a reason (hidden, empty, no audit, ...: ``landing.Finding``)
+    #: landing files reported by name with a reason (hidden, empty, no audit, ...: ``inspection.Finding``)
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -103,7 +104,7 @@ def reject_counts(table: Table, audits: dict[str, dict[str, Any]]) -> tuple[Coun
 
 
 def event_time(stream: StreamConfig) -> EventTime:
-    """How ``landing.inspect`` reads the hour of a line of ``stream`` (the writer's accepted range)."""
+    """How ``inspection.inspect`` reads the hour of a line of ``stream`` (the writer's accepted range)."""
     return EventTime(stream.event_time_field, datetime.fromisoformat(stream.min_event_time), stream.max_future)
 
 
@@ -124,7 +125,7 @@ def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, 
 
 
 def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
-    """Compare, per partition, the expected counts (``landing.Inspection.expected``) with both tables, and
+    """Compare, per partition, the expected counts (``inspection.Inspection.expected``) with both tables, and
     report every landing file that is neither ingested nor pending, by name with its reason."""
     catalog = load_catalog(config.catalog)
     lake, duplicates, lake_files = lake_counts(config, stream)

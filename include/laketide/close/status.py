@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.close.partitions import State
 from laketide.config import LaketideConfig, get_config
-from laketide.errors import LaketideError
+from laketide.errors import LaketideError, StatusRecordError
 from laketide.ingest.landing import hour_start
 from laketide.lake.catalog import load_catalog
 
@@ -48,10 +48,6 @@ TABLE_PROPERTIES = {
     "commit.retry.max-wait-ms": "2000",
 }
 _COUNTS = ("rows", "rejects", "audit")
-
-
-class StatusRecordError(LaketideError, ValueError):
-    """A status record holds a value the status table cannot take (unknown state, naive datetime, ...)."""
 
 
 def _aware_utc(name: str, value: Any) -> datetime:

@@ -4,14 +4,14 @@ The lake rows of the partition (``start <= event_time < end``, read with pyicebe
 the events table) are validated by GX 1.x through an ephemeral context against a suite of real expectations:
 
 * ``expect_table_row_count_to_equal(audit - rejects)``: what the producers reported equals lake rows +
-  rejected lines attributed to the partition. ``audit`` is ``landing.Inspection.expected`` (the audit
+  rejected lines attributed to the partition. ``audit`` is ``inspection.Inspection.expected`` (the audit
   records of the files in ``data/`` or ingested), the one definition reconciliation uses too;
 * ``expect_column_values_to_be_unique(<event id>)``;
 * ``expect_column_values_to_not_be_null`` for every required field;
 * ``expect_column_values_to_be_between(<event time>, start, end, strict_max)``.
 
 Besides, every landing file of the partition that is neither ingested nor pending is reported by name with
-its reason (``landing.inspect``: hidden name, empty, no audit, audit count differs, not one hour, changed or
+its reason (``inspection.inspect``: hidden name, empty, no audit, audit count differs, not one hour, changed or
 deleted after ingest); a blocking one fails the verification with the file named in the message.
 
 The full validation result is kept as JSON under ``close.results_dir/<stream>/``; :class:`Verification`
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from laketide.close.reconcile import event_time, reject_counts, source_positions
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.ingest.landing import HOUR, hour_start, inspect, partition_key, read_audits
+from laketide.ingest.inspection import inspect
+from laketide.ingest.landing import HOUR, hour_start, partition_key, read_audits
 from laketide.lake.catalog import load_catalog
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Verification:
     #: where the full GX validation result JSON was saved
     results_path: Path
     #: every landing file of the partition reported by name: ``<file>: <reason>: <detail>``
-    #: (``landing.Finding.line``), blocking or not
+    #: (``inspection.Finding.line``), blocking or not
     findings: list[str] = field(default_factory=list)
 
     @property

@@ -8,7 +8,9 @@ let a second writer overtake it). Points, in the order a batch passes them:
 
 * ``batch_start``: a new micro-batch began (the previous one is committed in Iceberg and in the checkpoint)
 * ``before_commit``: pre-commit done (the batch's data files are written, in no snapshot yet),
-  nothing of the batch is committed yet
+  nothing of the batch is committed yet. On the public commit path: the rejects are written to their
+  staging branch (or, for a batch without rejects, the batch is cached and aggregated), nothing is on
+  ``main`` yet
 * ``between_tables``: the rejects are committed, the events are not published
 * ``after_commit``: both Iceberg commits are done, Spark has not yet recorded the batch as committed
 """

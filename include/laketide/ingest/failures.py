@@ -35,22 +35,25 @@ def read(stream: StreamConfig) -> dict[str, Any] | None:
     return data
 
 
-def _files(batch: Any) -> list[str]:
+def _files(batch: Any, plan: bool = True) -> list[str]:
+    """The batch's landing files: from its plan (``plan``: the internal commit path), else by a query."""
     from laketide.lake.internals import batch_files
 
     try:
-        return [str(f) for f in batch_files(batch)]
+        if plan:
+            return [str(f) for f in batch_files(batch)]
+        return sorted(str(r[0]) for r in batch.select("_source_file").distinct().collect())
     except Exception:  # the plan cannot be read (the JVM is gone): name no file rather than fail again
         return []
 
 
-def record(stream: StreamConfig, batch_id: int, batch: Any, exc: BaseException) -> None:
+def record(stream: StreamConfig, batch_id: int, batch: Any, exc: BaseException, plan: bool = True) -> None:
     """Count a failure of ``batch_id`` and log it with the batch's landing files and what to do."""
     from laketide.ingest.sink import first_line
 
     previous = read(stream)
     attempts = previous["attempts"] + 1 if previous and previous.get("batch_id") == batch_id else 1
-    files = _files(batch)
+    files = _files(batch, plan)
     entry = {"batch_id": batch_id, "attempts": attempts, "files": files, "error": first_line(exc),
              "failed_at": datetime.now(UTC).isoformat(timespec="seconds")}
     path = record_path(stream)

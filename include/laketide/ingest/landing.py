@@ -10,6 +10,9 @@ A file is written fully into ``_tmp/`` and then renamed (atomic on one filesyste
 is renamed into ``audit/`` *before* its data file is renamed into ``data/``, so every visible data file
 has its audit record. Each data file holds the events of exactly one partition (UTC hour).
 
+What a landing zone holds against what the writer read (reports by file, the triggerer's view) is
+:mod:`laketide.ingest.inspection`.
+
 Stdlib only: producers and Airflow tasks import this without Spark.
 """
 
@@ -20,10 +23,9 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -323,9 +325,6 @@ def expected_totals(
     return partition_totals(audits, set(published) | set(ingested))
 
 
-# ---------------------------------------------------------------- inspection: nothing lost silently
-
-
 @dataclass(frozen=True)
 class FileStat:
     """Size and modification time (ms since the epoch) of a landing file, as the writer recorded them."""
@@ -337,78 +336,6 @@ class FileStat:
 def file_stat(path: Path) -> FileStat:
     st = path.stat()
     return FileStat(st.st_size, st.st_mtime_ns // 1_000_000)
-
-
-class Reason(StrEnum):
-    """Why a landing file is reported (see ``docs/landing-zone.md``, *Reports*)."""
-
-    HIDDEN = "hidden name"  # starts with '_' or '.': Spark's file source never reads it
-    EMPTY = "zero bytes"  # Spark's file scan skips it: never ingested
-    NO_AUDIT = "no audit"  # no usable audit record: its lines are expected nowhere
-    COUNT = "audit count differs"  # the audit's records != the non-blank lines of the file
-    HOURS = "not one hour"  # the file (or its audit) holds events of several hours, or of another hour
-    CHANGED = "changed after ingest"  # size or modification time differ from what the writer recorded
-    DELETED = "deleted after ingest"  # ingested, no longer in data/
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One reported landing file: its name, why, the details, and the hours (partition keys) it touches.
-
-    ``blocking``: lines may be lost or miscounted, so verification of those hours fails; a non-blocking
-    finding (an empty file nobody expects lines from, a file deleted after its rows were ingested) is
-    reported only."""
-
-    file: str
-    reason: Reason
-    detail: str
-    hours: tuple[str, ...] = ()
-    blocking: bool = True
-
-    def line(self) -> str:
-        return f"{self.file}: {self.reason}: {self.detail}"
-
-
-@dataclass
-class FileReport:
-    """What :func:`inspect` learned about one file of ``data/`` (or one ingested file no longer there)."""
-
-    name: str
-    present: bool
-    ingested: bool
-    hours: set[str] = field(default_factory=set)
-    #: non-blank lines, when the file was read
-    lines: int | None = None
-    #: events per hour, from the event times of the lines a writer would accept (when read)
-    line_hours: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Inspection:
-    """The landing zone against the writer's source positions (:func:`inspect`)."""
-
-    audits: dict[str, dict[str, Any]]
-    files: dict[str, FileReport]
-    findings: list[Finding]
-    #: files in ``data/`` that the writer will read and has not yet (not hidden, not empty)
-    pending: list[str]
-
-    def expected(self) -> dict[str, int]:
-        """Records per hour the lake must hold (:func:`expected_totals`)."""
-        return expected_totals(
-            self.audits, [n for n, f in self.files.items() if f.present],
-            [n for n, f in self.files.items() if f.ingested],
-        )
-
-    def findings_for(self, hour: str) -> list[Finding]:
-        return [f for f in self.findings if hour in f.hours]
-
-    def pending_for(self, hour: str) -> list[str]:
-        return [n for n in self.pending if hour in self.files[n].hours]
-
-    @property
-    def blocking(self) -> list[Finding]:
-        return [f for f in self.findings if f.blocking]
 
 
 def hidden(name: str) -> bool:
@@ -423,206 +350,3 @@ def name_hour(name: str) -> str | None:
         return None
     return datetime.strptime(match.group("hour"), "%Y%m%dT%H").replace(tzinfo=UTC).isoformat()
 
-
-@dataclass(frozen=True)
-class EventTime:
-    """How to read the hour of a line: the stream's event-time field and its accepted range."""
-
-    name: str
-    min_time: datetime = datetime(2000, 1, 1, tzinfo=UTC)
-    max_future: timedelta = timedelta(days=1)
-
-
-def _line_hour(line: bytes, event_time: EventTime, latest: datetime) -> str | None:
-    """The hour of a line's event time when a writer would accept that time, else None."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    value = record.get(event_time.name) if isinstance(record, dict) else None
-    if not isinstance(value, str):
-        return None
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if dt.tzinfo is None or not event_time.min_time <= dt <= latest:
-        return None
-    return partition_key(dt)
-
-
-def read_lines(path: Path, event_time: EventTime | None) -> tuple[int, dict[str, int]]:
-    """Non-blank lines of a data file (split like Spark's text source: ``\n``, ``\r\n``, ``\r``) and,
-    with ``event_time``, the events per hour among them."""
-    landed = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    lines = 0
-    hours: dict[str, int] = {}
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
-            continue
-        lines += 1
-        if event_time is not None:
-            hour = _line_hour(line, event_time, landed + event_time.max_future)
-            if hour is not None:
-                hours[hour] = hours.get(hour, 0) + 1
-    return lines, dict(sorted(hours.items()))
-
-
-def _hours_text(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{hour} ({n})" for hour, n in counts.items())
-
-
-def inspect(
-    landing_path: str | Path,
-    ingested: Mapping[str, FileStat | None] | Iterable[str] = (),
-    *,
-    event_time: EventTime | None = None,
-    hours: Collection[str] | None = None,
-    files: Collection[str] = (),
-) -> Inspection:
-    """Every file of ``data/`` is ingested, pending, or reported by name with a reason (:class:`Finding`).
-
-    :param ingested: the files the writer ingested (its source positions), with the size and modification
-        time it recorded (None when unknown: an older commit, or a name found only in the tables)
-    :param event_time: read each line's event time, to find files holding several hours
-    :param hours: inspect only the files of these hours (by audit record, name, or lines) plus ``files``;
-        the expected counts still cover every audit record (None: every file)
-    :param files: more files to inspect in any case (e.g. the sources of an hour's rows)
-
-    Reads the audit records, ``os.stat`` of each file and, for the files inspected, their lines (to
-    compare with the audit's count and to find their hours).
-    """
-    stats: Mapping[str, FileStat | None] = (
-        ingested if isinstance(ingested, Mapping) else dict.fromkeys(ingested)
-    )
-    audits, problems = _load_audits(landing_path, hidden=True)
-    folder = data_dir(landing_path)
-    present = sorted(p for p in folder.glob(f"*{DATA_SUFFIX}") if p.is_file()) if folder.is_dir() else []
-    scope = None if hours is None else set(hours)
-    report = Inspection(audits, {}, [], [])
-
-    def add(name: str, reason: Reason, detail: str, *, blocking: bool = True) -> None:
-        hours_of = tuple(sorted(report.files[name].hours))
-        report.findings.append(Finding(name, reason, detail, hours_of, blocking))
-
-    for path in present:
-        name = path.name
-        audit = audits.get(name)
-        known = set((audit or {}).get("partitions", {}))
-        if (by_name := name_hour(name)) is not None:
-            known.add(by_name)
-        info = report.files[name] = FileReport(name, True, name in stats, set(known))
-        if scope is not None and not (known & scope) and known and name not in files:
-            continue  # a file of another hour
-        stat = file_stat(path)
-        if stat.size:
-            info.lines, info.line_hours = read_lines(path, event_time)
-            info.hours |= set(info.line_hours)
-        if scope is not None and not (info.hours & scope) and name not in files:
-            continue
-        recorded = stats.get(name)
-        if recorded is not None and recorded != stat:
-            add(name, Reason.CHANGED, f"the writer read {recorded.size} bytes (modified at {recorded.mtime_ms} ms); "
-                f"now {stat.size} bytes (modified at {stat.mtime_ms} ms): what changed since is not in the lake")
-        if hidden(name):
-            add(name, Reason.HIDDEN, "names starting with '_' or '.' are never ingested (Spark's file source "
-                "skips them): publish it again under a contract name")
-        if stat.size == 0:
-            records = (audit or {}).get("records", 0)
-            add(name, Reason.EMPTY, "the file is empty" + (" (ingested as nothing)" if info.ingested else
-                " and is never ingested (Spark's file scan skips empty files)") + (
-                f", yet its audit record reports {records} record(s)" if records else " (nothing expected)"),
-                blocking=bool(records))
-            continue
-        if audit is None:
-            why = problems.get(name, f"audit/{audit_name(name)} does not exist")
-            add(name, Reason.NO_AUDIT, f"{why}: its {info.lines} line(s) are expected in no hour")
-        elif info.lines != audit["records"]:
-            add(name, Reason.COUNT, f"audit record reports {audit['records']} record(s), the file holds "
-                f"{info.lines} non-blank line(s)")
-        audit_hours = dict((audit or {}).get("partitions", {}))
-        if len(audit_hours) > 1:
-            add(name, Reason.HOURS, f"its audit record names {len(audit_hours)} hours "
-                f"{_hours_text(audit_hours)}; a file holds one hour")
-        elif len(info.line_hours) > 1 or (audit_hours and set(info.line_hours) - set(audit_hours)):
-            what = f"holds events of {_hours_text(info.line_hours)}"
-            if audit_hours:
-                what += f", its audit record names {_hours_text(audit_hours)}"
-            add(name, Reason.HOURS, f"{what}; a file holds one hour (the lake splits it by event time)")
-        if not info.ingested and not hidden(name):
-            report.pending.append(name)
-
-    for name in sorted(set(stats) - set(report.files)):
-        audit = audits.get(name)
-        known = set((audit or {}).get("partitions", {}))
-        if (by_name := name_hour(name)) is not None:
-            known.add(by_name)
-        report.files[name] = FileReport(name, False, True, known)
-        if scope is not None and not (known & scope) and name not in files:
-            continue
-        if audit is None:
-            add(name, Reason.DELETED, "ingested, then deleted from data/ together with its audit record: "
-                "its rows are in the lake but expected in no hour")
-        else:
-            add(name, Reason.DELETED, f"ingested, then deleted from data/: its {audit['records']} record(s) "
-                "are still expected (its audit record is kept)", blocking=False)
-    return report
-
-
-# ---------------------------------------------------------------- metadata only: what the writer will read
-
-
-@dataclass(frozen=True)
-class Landed:
-    """A data file of ``data/`` the writer reads (not hidden, not empty), from the file system's metadata and
-    its name or audit record: no line is read (the triggerer's view of the landing zone)."""
-
-    name: str
-    size: int
-    mtime_ms: int
-    #: when it reached ``data/`` at the latest known: its modification or status-change time, whichever is
-    #: later (a rename into ``data/`` sets the status-change time; a copy that keeps an old modification time
-    #: does too)
-    landed_ms: int
-    #: its hour (partition key) from its name, else from its audit record (the earliest hour it names);
-    #: None when neither tells
-    hour: str | None
-
-
-def landed_files(landing_path: str | Path) -> list[Landed]:
-    """The files of ``data/`` the writer will read or has read, oldest modification time first.
-
-    One ``os.stat`` per file; an audit record is read only for a file whose name does not follow the contract.
-    Hidden and empty files are left out: Spark's file source never reads them (``inspect`` reports them).
-    """
-    folder = data_dir(landing_path)
-    if not folder.is_dir():
-        return []
-    out: list[Landed] = []
-    for entry in os.scandir(folder):
-        name = entry.name
-        if not name.endswith(DATA_SUFFIX) or hidden(name):
-            continue
-        try:
-            st = entry.stat()
-        except FileNotFoundError:  # moved away while listing
-            continue
-        if not entry.is_file() or st.st_size == 0:
-            continue
-        hour = name_hour(name)
-        if hour is None:
-            hour = _audit_hour(landing_path, name)
-        mtime = st.st_mtime_ns // 1_000_000
-        out.append(Landed(name, st.st_size, mtime, max(mtime, st.st_ctime_ns // 1_000_000), hour))
-    out.sort(key=lambda f: (f.mtime_ms, f.name))
-    return out
-
-
-def _audit_hour(landing_path: str | Path, name: str) -> str | None:
-    try:
-        record = json.loads((audit_dir(landing_path) / audit_name(name)).read_bytes())
-    except (OSError, ValueError):
-        return None
-    if _check_audit(record, name) is not None:
-        return None
-    return min(record["partitions"])

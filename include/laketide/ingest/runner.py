@@ -14,7 +14,7 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import WriterFencedError
 from laketide.ingest import sink
 from laketide.ingest.landing import DATA_SUFFIX, data_dir
-from laketide.lake import commits
+from laketide.lake import commits, internals
 from laketide.lake.catalog import load_catalog
 from laketide.lake.internals import SqlitePool
 from laketide.lake.lease import WriterLease, engine_for
@@ -24,27 +24,31 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 from laketide.ingest.tables import ensure_tables
-from laketide.ingest.transforms import LANDED_AT
-from laketide.ingest.writer import BatchWriter
+from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE
+from laketide.ingest.writer import BatchWriter, choose_commit_path
 
 log = logging.getLogger("laketide.ingest.runner")
 
 Mode = Literal["continuous", "incremental"]
 
 
-def extract(spark: SparkSession, stream: StreamConfig) -> DataFrame:
-    """Landing data files as a stream of lines with their file's name and modification (landing) time."""
+def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> DataFrame:
+    """Landing data files as a stream of lines with their file's name and modification (landing) time, and
+    with ``sizes`` its size (the public commit path records it from there)."""
     from pyspark.sql import functions as F
 
     folder = data_dir(stream.landing_path)
     folder.mkdir(parents=True, exist_ok=True)
+    columns = [F.col("value"), F.col("_metadata.file_name").alias("_source_file"),
+               F.col("_metadata.file_modification_time").alias(LANDED_AT)]
+    if sizes:
+        columns.append(F.col("_metadata.file_size").alias(SOURCE_SIZE))
     return (
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", stream.max_files_per_trigger)
         .option("pathGlobFilter", f"*{DATA_SUFFIX}")
         .load(str(folder))
-        .select("value", F.col("_metadata.file_name").alias("_source_file"),
-                F.col("_metadata.file_modification_time").alias(LANDED_AT))
+        .select(*columns)
     )
 
 
@@ -61,9 +65,10 @@ def stop_file(stream: StreamConfig) -> Path:
 
 
 def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode,
-          summary: dict[str, str] | None = None) -> StreamingQuery:
+          commit_path: str = "internal", summary: dict[str, str] | None = None) -> StreamingQuery:
     writer = (
-        extract(spark, stream).writeStream.foreachBatch(BatchWriter(config, stream, summary))
+        extract(spark, stream, sizes=commit_path == "public").writeStream
+        .foreachBatch(BatchWriter(config, stream, commit_path, summary))
         .option("checkpointLocation", str(stream.checkpoint_path))
         .queryName(f"laketide-{stream.name}")
     )
@@ -120,6 +125,7 @@ def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Wr
     from laketide.lake.spark import build_session
 
     spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
+    commit_path = choose_commit_path(stream.commit_path, internals.check(spark))
     pool = SqlitePool(spark, config.catalog.name)  # starts the catalog (which leaves a stale connection on SQLite)
 
     def create_tables() -> None:
@@ -136,8 +142,9 @@ def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Wr
         stopping.append(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    query = start(spark, config, stream, mode, summary)
-    log.info("writer %s started in %s mode: %s -> %s", stream.writer_id, mode, stream.landing_path, stream.table)
+    query = start(spark, config, stream, mode, commit_path, summary)
+    log.info("writer %s started in %s mode (%s commit path): %s -> %s", stream.writer_id, mode, commit_path,
+             stream.landing_path, stream.table)
     lost = False
     try:
         while not _await(query):

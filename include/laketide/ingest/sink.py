@@ -1,4 +1,6 @@
-"""The writer's commits through Iceberg's Java table API: fenced, and retried while the catalog is busy.
+"""The internal commit path's publish through Iceberg's Java table API: fenced, and retried while the
+catalog is busy (the public path's publish is ``laketide.ingest.public_sink``; both share the retry and the
+marker walk defined here).
 
 **The fence.** Iceberg's own commit (``SnapshotProducer.commit``) refreshes the table and re-applies an
 append whenever the catalog's compare-and-swap fails, without asking anyone: a writer frozen after its
@@ -27,6 +29,7 @@ from typing import Any, TypeVar
 
 from laketide.errors import CatalogUnavailableError, WriterFencedError
 from laketide.lake import commits
+from laketide.lake.internals import current_metadata, swap_main
 
 log = logging.getLogger("laketide.ingest.sink")
 T = TypeVar("T")
@@ -134,11 +137,24 @@ def java_marker(metadata: Any, writer_id: str) -> commits.Marker | None:
 def table_marker(table: Any, writer_id: str) -> commits.Marker | None:
     """``java_marker`` of the Java table's current metadata, refreshed from the catalog."""
     table.refresh()
-    return java_marker(table.operations().current(), writer_id)
+    return java_marker(current_metadata(table), writer_id)
 
 
 def _same(a: commits.Marker | None, b: commits.Marker | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and a.snapshot_id == b.snapshot_id)
+
+
+def fenced_message(writer_id: str, batch_id: int, name: str, found: commits.Marker | None,
+                   expected: commits.Marker | None) -> str:
+    """What a fenced writer reports: the table's newest commit of the writer id is not the expected one."""
+    return (
+        f"writer {writer_id!r}, batch {batch_id}: table {name} moved on under this writer: its newest "
+        f"commit of {writer_id!r} is batch {found.batch_id if found else None} (snapshot "
+        f"{found.snapshot_id if found else None}), not the one this batch started from (batch "
+        f"{expected.batch_id if expected else None}, snapshot {expected.snapshot_id if expected else None})."
+        " Another writer of this stream has committed; this one stops without committing (its data "
+        "files are orphans for the cleaner). Check that only one writer of the stream runs."
+    )
 
 
 def publish(metadata_class: Any, table: Any, data_files: list[Any], props: dict[str, str], writer_id: str,
@@ -152,7 +168,6 @@ def publish(metadata_class: Any, table: Any, data_files: list[Any], props: dict[
 
     :raises WriterFencedError: another writer committed to the table for ``writer_id`` since ``expected``
     """
-    from_jvm = table.operations()
     append = table.newFastAppend()  # kept across attempts: its manifests are written once
     for data_file in data_files:
         append.appendFile(data_file)
@@ -163,7 +178,7 @@ def publish(metadata_class: Any, table: Any, data_files: list[Any], props: dict[
     def attempt() -> int:
         before_attempt()
         snapshot = append.apply()  # refreshes the table, then builds the snapshot on its current metadata
-        base = from_jvm.current()
+        base = current_metadata(table)
         staged_id = int(snapshot.snapshotId())
         head = base.currentSnapshot()
         if (None if head is None else int(head.snapshotId())) != (
@@ -173,16 +188,8 @@ def publish(metadata_class: Any, table: Any, data_files: list[Any], props: dict[
         if found is not None and found.snapshot_id == staged_id:
             return staged_id  # an earlier attempt whose outcome was unknown did commit
         if not _same(found, expected):
-            raise WriterFencedError(
-                f"writer {writer_id!r}, batch {batch_id}: table {name} moved on under this writer: its newest "
-                f"commit of {writer_id!r} is batch {found.batch_id if found else None} (snapshot "
-                f"{found.snapshot_id if found else None}), not the one this batch started from (batch "
-                f"{expected.batch_id if expected else None}, snapshot {expected.snapshot_id if expected else None})."
-                " Another writer of this stream has committed; this one stops without committing (its data "
-                "files are orphans for the cleaner). Check that only one writer of the stream runs."
-            )
-        updated = metadata_class.buildFrom(base).setBranchSnapshot(snapshot, MAIN_BRANCH).build()
-        from_jvm.commit(base, updated)  # one compare-and-swap from exactly the metadata checked above
+            raise WriterFencedError(fenced_message(writer_id, batch_id, name, found, expected))
+        swap_main(metadata_class, table, base, snapshot)  # one compare-and-swap from exactly the metadata checked
         return staged_id
 
     return retrying(f"commit of batch {batch_id} to {name}", attempt, timeout,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
 
 CORRUPT = "_corrupt_record"
 LANDED_AT = "_landed_at"
-# Iceberg's write option for writes whose files are committed by the caller (its compaction uses it): the
-# data files are written, then handed to FileRewriteCoordinator under this id instead of being committed
+#: the landing file's size in bytes (``_metadata.file_size``): read by the public commit path only
+SOURCE_SIZE = "_source_size"
 STRICT_JSON = {"allowSingleQuotes": "false"}
 #: characters of an over-long line kept in the rejects table's ``raw`` (the landing file keeps the whole line)
 RAW_PREFIX_CHARS = 1024
@@ -298,7 +299,10 @@ class Validator:
         raw = F.col("value")
         self._read = [raw.alias("_raw"), F.col("_source_file"), F.col(LANDED_AT), self._parse(raw).alias("_p")]
         self._parsed = Parsed(stream, F.col("_p"), F.col("_raw"), F.col(LANDED_AT))
-        self._staged: tuple[str, list[Column]] | None = None
+        self._staged: tuple[str | None, list[Column]] | None = None
+        #: reuse the columns while the batches' input columns are the same (read from Spark's resolved plan,
+        #: a non-public API: off on the public commit path, which then rebuilds them per batch)
+        self.plan_keys = True
 
     def _parse(self, raw: Column) -> Column:
         """The line parsed with the stream's schema, unless it is longer than ``max_line_bytes`` (then null).
@@ -326,8 +330,10 @@ class Validator:
         """
         from pyspark.sql import functions as F
 
-        key = str(lines._jdf.queryExecution().analyzed().output().toString())  # names with ids: value#0, ...
-        if self._staged is None or self._staged[0] != key:
+        from laketide.lake.internals import output_key
+
+        key = output_key(lines) if self.plan_keys else None  # names with ids: value#0, ...
+        if self._staged is None or key is None or self._staged[0] != key:
             raw = lines["value"]
             record = self._parse(raw)
             parsed = Parsed(self.stream, record, raw, lines[LANDED_AT])
@@ -370,15 +376,16 @@ class Validator:
         """``check(read(lines))``: see the module function ``parse_lines``."""
         return self.check(self.read(lines))
 
-    def staged_rows(self, lines: DataFrame, batch_id: int) -> DataFrame:
+    def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = ()) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
         plus the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
         partition: the writer counts the rejects in those files (the rows with a source file; blank lines
         have none), then deletes them.
 
         One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
-        valid line, no JSON function besides the parse: the split costs one compiled test per line."""
-        return lines.select(*self._staged_columns(lines), batch_parameter(batch_id).alias("_batch_id"))
+        valid line, no JSON function besides the parse: the split costs one compiled test per line.
+        ``extra`` columns of ``lines`` are passed through (the public commit path's lineage columns)."""
+        return lines.select(*self._staged_columns(lines), batch_parameter(batch_id).alias("_batch_id"), *extra)
 
 
 def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:

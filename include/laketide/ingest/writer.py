@@ -1,7 +1,10 @@
 """The exactly-once ``foreachBatch`` sink: one micro-batch -> events table + rejects table, once.
 
 :class:`BatchWriter` stages the batch's data files (one pass), checks them against a second, cheap pass,
-and publishes both tables through the fenced commit of ``laketide.ingest.sink`` (see ``laketide.lake.commits``).
+and publishes both tables through the fenced commit of ``laketide.ingest.sink`` (see ``laketide.lake.commits``):
+the internal commit path, built on the non-public APIs of ``laketide.lake.internals``. With
+``commit_path: public`` (or ``auto`` when ``internals.check`` fails, see :func:`choose_commit_path`) it
+takes the public commit path instead: the same summary and fence, through ``laketide.ingest.public_sink``.
 """
 
 from __future__ import annotations
@@ -13,19 +16,46 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from laketide.config import LaketideConfig, StreamConfig
-from laketide.dev import faults
-from laketide.ingest import failures, sink
+from laketide.config import CommitPath, LaketideConfig, StreamConfig
+from laketide.errors import ConfigError
+from laketide.ingest import failures, public_sink, sink
+from laketide.ingest import faultpoints as faults
 from laketide.ingest.landing import EPOCH, from_epoch_hours, partition_key
 from laketide.lake import commits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-from laketide.ingest.transforms import Validator, rejected_rows
-from laketide.lake.internals import UNCOMMITTED_FILE_SET, IcebergJvm, batch_files
+from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE, Validator, rejected_rows
+from laketide.lake.internals import IcebergJvm, SqlitePool, batch_files, write_uncommitted
 
 log = logging.getLogger("laketide.ingest.writer")
+
+MICROS_PER_HOUR = 3_600_000_000
+
+
+def choose_commit_path(wanted: CommitPath, reason: str | None) -> str:
+    """The commit path the writer takes: ``internal`` or ``public``.
+
+    :param wanted: the stream's ``commit_path`` setting
+    :param reason: why the internal path cannot run here (``laketide.lake.internals.check``), or None
+    :raises ConfigError: ``internal`` is wanted and cannot run
+    """
+    if wanted == "public":
+        log.info("commit path: public (commit_path: public)")
+        return "public"
+    if reason is None:
+        log.info("commit path: internal (Spark and Iceberg are the versions it was written for)")
+        return "internal"
+    if wanted == "internal":
+        raise ConfigError(
+            f"commit_path is 'internal' but the internal commit path cannot run here: {reason}. Set "
+            "commit_path to 'auto' (or 'public') to use the public commit path, or install the Spark and "
+            "Iceberg versions in requirements.txt."
+        )
+    log.warning("commit path: public, not internal: %s (commit_path: auto)", reason)
+    return "public"
+
 
 def _utc(value: datetime) -> datetime:
     """PySpark hands timestamps back as naive local times; Python reads naive as local too."""
@@ -92,7 +122,8 @@ class BatchWriter:
     unreachable catalog is waited out (``sink.retrying``, up to ``catalog.retry_timeout``).
     """
 
-    def __init__(self, config: LaketideConfig, stream: StreamConfig, summary: dict[str, str] | None = None) -> None:
+    def __init__(self, config: LaketideConfig, stream: StreamConfig, commit_path: str = "internal",
+                 summary: dict[str, str] | None = None) -> None:
         self.config = config
         self.stream = stream
         #: more snapshot summary properties for every commit (a redo names itself: ``laketide.redo-id``)
@@ -100,7 +131,11 @@ class BatchWriter:
         self.prefix = config.catalog.name
         self.validator = Validator(stream)
         self.timeout = config.catalog.retry_timeout
+        self.commit_path = commit_path
+        self.validator.plan_keys = commit_path == "internal"
         self._iceberg: IcebergJvm | None = None
+        self._public: public_sink.PublicIceberg | None = None
+        self._sqlite: SqlitePool | None = None
 
     def iceberg(self, spark: SparkSession) -> IcebergJvm:
         self._iceberg = self._iceberg or IcebergJvm(spark, self.prefix)
@@ -109,15 +144,7 @@ class BatchWriter:
     def _write_uncommitted(self, df: DataFrame, table: str, file_set: str) -> tuple[Any, Any]:
         """Write ``df`` as data files of ``table`` that no snapshot references; return the Java table and
         the written files."""
-        name = f"{self.prefix}.{table}"
-        df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
-        iceberg = self.iceberg(df.sparkSession)
-        jtable = iceberg.table(name)
-        try:
-            written = iceberg.coordinator.fetchNewFiles(jtable, file_set)  # raises when the write handed back nothing
-        finally:
-            iceberg.coordinator.clearRewrite(jtable, file_set)
-        return jtable, written
+        return write_uncommitted(df, f"{self.prefix}.{table}", self.iceberg(df.sparkSession), file_set)
 
     def _stage(self, df: DataFrame, file_set: str) -> Staged:
         """Write ``df`` as data files of the events table without committing them; return what they hold."""
@@ -180,12 +207,15 @@ class BatchWriter:
         stream = self.stream
 
         def write() -> None:
-            self._write(batch, batch_id)
+            if self.commit_path == "public":
+                self._write_public(batch, batch_id)
+            else:
+                self._write(batch, batch_id)
 
         try:
             sink.retrying(f"batch {batch_id} of {stream.name}", write, self.timeout)
         except Exception as exc:
-            failures.record(stream, batch_id, batch, exc)
+            failures.record(stream, batch_id, batch, exc, plan=self.commit_path == "internal")
             raise
         failures.clear(stream, batch_id)
 
@@ -264,3 +294,123 @@ class BatchWriter:
         self._publish(jtable, data_files, props, batch_id, marker)
 
 
+
+    # -- the public commit path (laketide.ingest.public_sink): public Spark and Iceberg APIs only ----------
+
+    def _publish_public(self, spark: SparkSession, table: str, rows: DataFrame, props: dict[str, str],
+                        batch_id: int, expected: commits.Marker | None, point: str | None) -> int:
+        """Publish ``rows`` to ``table`` through a staging branch (see ``public_sink.publish``)."""
+        self._public = self._public or public_sink.PublicIceberg(spark)
+        self._sqlite = self._sqlite or SqlitePool(spark, self.prefix)
+        return public_sink.publish(
+            self._public, f"{self.prefix}.{table}", rows, props, self.stream.writer_id, batch_id, expected,
+            self.timeout, self._sqlite.reopen,
+            staged=(lambda: faults.maybe_pause(point, batch_id)) if point else (lambda: None),
+        )
+
+    def _write_public(self, batch: DataFrame, batch_id: int) -> None:
+        """The public path's batch: one pass over the lines into a cache, whose aggregate gives the summary
+        (rows per partition, rejects, event-time range, landing files with size and modification time), then
+        the valid rows from the cache to the events table; rejects as in the internal path."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        faults.maybe_pause("batch_start", batch_id)
+        started = time.monotonic()
+        stream = self.stream
+        spark = batch.sparkSession
+        self._public = self._public or public_sink.PublicIceberg(spark)
+        events_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.table}"),
+                                                 stream.writer_id)
+        if not commits.should_write(batch_id, events_marker):
+            log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
+            return
+        now = datetime.now(UTC).replace(microsecond=0)
+        time_field = stream.event_time_field
+        lineage = [batch["_source_file"].alias("_file"), batch[SOURCE_SIZE].alias("_size"),
+                   F.unix_millis(batch[LANDED_AT]).alias("_mtime")]
+        rows = self.validator.staged_rows(batch, batch_id, lineage).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            micros = F.unix_micros(F.col(time_field))
+            groups = rows.groupBy(F.floor(micros / MICROS_PER_HOUR).alias("_hour"), "_file", "_size", "_mtime").agg(
+                F.count(F.col(time_field)).alias("valid"),
+                F.count(F.when(F.col(time_field).isNull() & F.col("_source_file").isNotNull(), 1)).alias("rejected"),
+                F.min(micros).alias("low"), F.max(micros).alias("high"),
+            ).collect()
+            planned = time.monotonic()
+            stats: dict[str, tuple[int, int]] = {}
+            per_hour: dict[str, int] = {}
+            rejected = 0
+            lows = [int(g["low"]) for g in groups if g["low"] is not None]
+            highs = [int(g["high"]) for g in groups if g["high"] is not None]
+            for g in groups:
+                if g["_file"] is not None:
+                    stats[str(g["_file"])] = (int(g["_size"]), int(g["_mtime"]))
+                rejected += int(g["rejected"])
+                if g["valid"]:
+                    key = summary_key(from_epoch_hours(int(g["_hour"])))
+                    per_hour[key] = per_hour.get(key, 0) + int(g["valid"])
+            files = commits.SourceFiles(stats)
+            valid = sum(per_hour.values())
+            batch_max = _iso(_from_micros(max(highs) if highs else None))
+            watermark = _later(events_marker.watermark if events_marker else None, batch_max)
+            extra: dict[str, Any] = {
+                commits.VALID_ROWS: valid,
+                commits.REJECTED_ROWS: rejected,
+                commits.MIN_EVENT_TIME: _iso(_from_micros(min(lows) if lows else None)),
+                commits.MAX_EVENT_TIME: batch_max,
+                commits.WATERMARK: watermark,
+                **self.summary,
+            }
+            if rejected:
+                rejects_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.rejects_table}"),
+                                                          stream.writer_id)
+                if commits.should_write(batch_id, rejects_marker):
+                    self._reject_public(batch, batch_id, now, files, rejected, extra, rejects_marker)
+            else:
+                faults.maybe_pause("before_commit", batch_id)  # nothing staged for the rejects: pause here
+            faults.maybe_pause("between_tables", batch_id)
+            published = time.monotonic()
+            props = commits.summary_properties(stream.writer_id, batch_id, files, per_hour, extra)
+            table_columns = [*stream.fields, "_source_file", "_batch_id"]
+            valid_rows = rows.where(F.col(time_field).isNotNull()).select(*table_columns)
+            snapshot_id = self._publish_public(spark, stream.table, valid_rows, props, batch_id, events_marker,
+                                               None)
+        finally:
+            rows.unpersist()
+        faults.maybe_pause("after_commit", batch_id)
+        done = time.monotonic()
+        log.info(
+            "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "
+            "(public path: plan+aggregate %.2fs, rejects %.2fs, commit %.2fs; %.2fs)",
+            batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started,
+            published - planned, done - published, done - started,
+        )
+
+    def _reject_public(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
+                       extra: dict[str, Any], marker: commits.Marker | None) -> None:
+        """The rejected lines to the rejects table through a staging branch (the public path's ``_reject``)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        stream = self.stream
+        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now).persist(
+            StorageLevel.MEMORY_AND_DISK)
+        try:
+            by_hour: dict[str, int] = {}
+            hours = F.floor(F.unix_micros(F.col("event_hour")) / MICROS_PER_HOUR).alias("_hour")
+            for row in rejects.groupBy(hours).count().collect():
+                hour = row["_hour"]
+                key = summary_key(None if hour is None else from_epoch_hours(int(hour)))
+                by_hour[key] = by_hour.get(key, 0) + int(row["count"])
+            if sum(by_hour.values()) != expected:
+                raise RuntimeError(
+                    f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
+                    "(lines without a valid event time): the two passes over the batch disagree; nothing was "
+                    "committed"
+                )
+            props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
+            self._publish_public(batch.sparkSession, stream.rejects_table, rejects, props, batch_id, marker,
+                                 "before_commit")
+        finally:
+            rejects.unpersist()

@@ -1,6 +1,18 @@
-"""Work-arounds that reach into non-public parts of Iceberg's Java classes (through py4j reflection).
+"""Every use of a non-public Spark, PySpark or Iceberg API, behind one door with a version check.
 
-Kept here, small and documented, so that an Iceberg upgrade has one place to check.
+The writer's default ("internal") commit path is fast because it reaches past the public APIs: Iceberg's
+``FileRewriteCoordinator`` side channel hands back the data files of a write instead of committing them
+(:func:`write_uncommitted`), the micro-batch's landing files are read from Spark's ``FileScanRDD`` over
+py4j (:func:`batch_files`), resolved plan columns serve as a cache key (:func:`output_key`), and private
+fields of Iceberg's JDBC catalog are reached by reflection (:class:`SqlitePool`). Each of these can break
+with any upgrade of either jar. :func:`check` runs at writer start-up: it compares the running Spark and
+Iceberg versions with the ones this module was written for (:data:`WRITTEN_FOR`) and looks up every class,
+method and field used here; when anything differs it returns the reason, and the writer takes the public
+commit path (``laketide.ingest.public_sink``) or, with ``commit_path: internal``, refuses to start.
+
+PySpark itself offers no public way to reach the JVM: :func:`gateway` (PySpark's ``_jvm`` and
+``_jsparkSession``, unchanged since PySpark 1.x) is the one private attribute the public path also uses,
+to call Iceberg's public Java API.
 
 **Iceberg's JDBC catalog leaves a read transaction open on SQLite.** When it starts, ``JdbcCatalog``
 checks its tables through ``DatabaseMetaData.getColumns``/``getTables`` and never closes those result sets
@@ -24,6 +36,103 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.lake.internals")
 JDBC_CATALOG = "org.apache.iceberg.jdbc.JdbcCatalog"
+UNCOMMITTED_FILE_SET = "rewritten-file-scan-task-set-id"
+FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
+LOGICAL_RDD = "org.apache.spark.sql.execution.LogicalRDD"
+
+#: (Spark, Iceberg) major.minor versions this module was written and tested for
+WRITTEN_FOR = ("3.5", "1.10")
+#: the non-public classes used here, with the methods (m) and declared fields (f) used on each
+USED: dict[str, tuple[tuple[str, str], ...]] = {
+    "org.apache.iceberg.spark.FileRewriteCoordinator": (("m", "get"), ("m", "fetchNewFiles"), ("m", "clearRewrite")),
+    FILE_SCAN_RDD: (("m", "filePartitions"),),
+    "org.apache.spark.sql.execution.datasources.PartitionedFile": (
+        ("m", "toPath"), ("m", "fileSize"), ("m", "modificationTime")),
+    LOGICAL_RDD: (("m", "rdd"),),
+    "org.apache.iceberg.spark.SparkCatalog": (("f", "icebergCatalog"),),
+    JDBC_CATALOG: (("f", "connections"),),
+    "org.apache.iceberg.jdbc.JdbcClientPool": (("f", "dbUrl"),),
+    "org.apache.iceberg.ClientPoolImpl": (("f", "clients"), ("f", "currentSize")),
+    "org.apache.iceberg.TableMetadata": (("m", "buildFrom"),),
+    "org.apache.iceberg.TableMetadata$Builder": (("m", "setBranchSnapshot"),),
+    "org.apache.iceberg.TableOperations": (("m", "commit"), ("m", "current")),
+    "org.apache.iceberg.BaseTable": (("m", "operations"),),
+}
+
+
+def gateway(spark: SparkSession) -> tuple[Any, Any]:
+    """PySpark's py4j view of the JVM and the Java SparkSession (no public accessor exists)."""
+    return spark._jvm, spark._jsparkSession
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def versions(spark: SparkSession) -> tuple[str, str]:
+    """The running (Spark, Iceberg) versions; Iceberg's is '' when its jar is not on the class path."""
+    jvm, _ = gateway(spark)
+    try:
+        iceberg = str(jvm.org.apache.iceberg.IcebergBuild.version())
+    except Exception:  # py4j: the class is missing
+        iceberg = ""
+    return str(spark.version), iceberg
+
+
+def check(spark: SparkSession, written_for: tuple[str, str] = WRITTEN_FOR) -> str | None:
+    """None when this module can run on ``spark``: its Spark and Iceberg versions are the ones it was written
+    for (same major.minor) and every class, method and field it uses is there; else the reason, one line."""
+    running = versions(spark)
+    reasons = [
+        f"{what} {have or 'missing'} (written for {want}.x)"
+        for what, have, want in zip(("Spark", "Iceberg"), running, written_for, strict=True)
+        if _major_minor(have) != want
+    ]
+    jvm, _ = gateway(spark)
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    for class_name, members in USED.items():
+        try:
+            cls = jvm.java.lang.Class.forName(class_name, False, loader)
+        except Exception:
+            reasons.append(f"class {class_name} not found")
+            continue
+        methods = {str(m.getName()) for m in cls.getMethods()} | {str(m.getName()) for m in cls.getDeclaredMethods()}
+        fields = {str(f.getName()) for f in cls.getDeclaredFields()}
+        for kind, name in members:
+            if name not in (methods if kind == "m" else fields):
+                reasons.append(f"{class_name}.{name} not found")
+    return "; ".join(reasons) or None
+
+
+def output_key(df: DataFrame) -> str:
+    """The resolved output columns of ``df`` with their ids (``value#0, ...``): a cache key for columns
+    built on it (the micro-batches of one streaming query share them)."""
+    return str(df._jdf.queryExecution().analyzed().output().toString())
+
+
+def write_uncommitted(df: DataFrame, name: str, iceberg: IcebergJvm, file_set: str) -> tuple[Any, Any]:
+    """Write ``df`` as data files of the Iceberg table ``name`` that no snapshot references, through Iceberg's
+    compaction side channel (write option ``rewritten-file-scan-task-set-id``); return the Java table (loaded
+    after the write) and the written DataFiles."""
+    df.writeTo(name).option(UNCOMMITTED_FILE_SET, file_set).append()
+    jtable = iceberg.table(name)
+    try:
+        written = iceberg.coordinator.fetchNewFiles(jtable, file_set)  # raises when the write handed back nothing
+    finally:
+        iceberg.coordinator.clearRewrite(jtable, file_set)
+    return jtable, written
+
+
+def current_metadata(table: Any) -> Any:
+    """The Java table's current ``TableMetadata`` as last loaded (Iceberg core's ``TableOperations``)."""
+    return table.operations().current()
+
+
+def swap_main(metadata_class: Any, table: Any, base: Any, snapshot: Any) -> None:
+    """Make ``snapshot`` the head of ``main`` in one compare-and-swap of the catalog pointer from exactly the
+    metadata ``base`` (Iceberg core's ``TableOperations.commit``: no refresh, no internal retry)."""
+    updated = metadata_class.buildFrom(base).setBranchSnapshot(snapshot, "main").build()
+    table.operations().commit(base, updated)
 
 
 def _field(owner: Any, class_name: str, name: str) -> Any:
@@ -52,7 +161,16 @@ class SqlitePool:
     def __init__(self, spark: SparkSession, catalog: str) -> None:
         self.catalog = catalog
         self._pool: Any = None
-        plugin = spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
+        try:
+            self._find(spark, catalog)
+        except Exception as exc:  # a catalog whose private fields differ (see check): work without the fix
+            self._pool = None
+            log.warning("catalog %s: cannot reach the JDBC connection pool (%s); SQLite connections left in a "
+                        "read transaction are not renewed (prefer a PostgreSQL catalog)", catalog,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    def _find(self, spark: SparkSession, catalog: str) -> None:
+        plugin = gateway(spark)[1].sessionState().catalogManager().catalog(catalog)
         iceberg = _field(plugin, "org.apache.iceberg.spark.SparkCatalog", "icebergCatalog").get(plugin)
         if iceberg is None or iceberg.getClass().getName() != JDBC_CATALOG:
             return
@@ -89,10 +207,6 @@ def reopen_sqlite_connections(spark: SparkSession, catalog: str) -> int:
                  "start-up", catalog, closed)
     return closed
 
-
-UNCOMMITTED_FILE_SET = "rewritten-file-scan-task-set-id"
-FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
-LOGICAL_RDD = "org.apache.spark.sql.execution.LogicalRDD"
 
 
 def batch_files(batch: DataFrame) -> SourceFiles:
@@ -135,8 +249,7 @@ class IcebergJvm:
     class by its dotted name costs a call per name part."""
 
     def __init__(self, spark: SparkSession, catalog: str) -> None:
-        jvm: Any = spark._jvm
-        self.session = spark._jsparkSession
+        jvm, self.session = gateway(spark)
         self.spark3util = jvm.org.apache.iceberg.spark.Spark3Util
         self.coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
         self.conversions = jvm.org.apache.iceberg.types.Conversions

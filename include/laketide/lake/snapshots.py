@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from laketide.errors import LaketideError
+from laketide.errors import TableNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -49,10 +49,6 @@ _LOG_ENTRY = re.compile(
 # Where a snapshot object may start: Java writes sequence-number then snapshot-id, pyiceberg snapshot-id first.
 # An unescaped '{"' cannot be inside a JSON string, so every match is the start of a real object.
 _SNAPSHOT_START = re.compile(r'\{\s*(?:"sequence-number"\s*:\s*\d+\s*,\s*)?"snapshot-id"\s*:\s*(-?\d+)')
-
-
-class TableNotFoundError(LaketideError):
-    """The Iceberg table is not in the catalog."""
 
 
 @dataclass(frozen=True)

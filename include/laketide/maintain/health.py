@@ -12,12 +12,10 @@ from laketide.config import LaketideConfig
 from laketide.ingest.landing import from_epoch_hours
 from laketide.lake.catalog import load_catalog
 from laketide.lake.snapshots import Snap
+from laketide.maintain.plan import SMALL_FILE_SHARE
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-
-#: a data file smaller than this share of the target size is "small" (Iceberg binpack's min-file-size default)
-SMALL_FILE_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -188,16 +186,27 @@ def due_by_threshold(config: LaketideConfig) -> dict[str, list[str]]:
     """Tables past a threshold of their policy and the actions they are due for (metadata only, no Spark)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-    from laketide.maintain.plan import targets, threshold_actions
+    from laketide.close.status import latest
+    from laketide.maintain.plan import closed_hours, small_files_per_hour, targets, threshold_actions
 
     catalog = load_catalog(config.catalog)
     due: dict[str, list[str]] = {}
+    closed_by_stream: dict[str, list[datetime]] = {}
     for target in targets(config):
         try:
-            stats = table_stats(catalog.load_table(target.table))
+            table = catalog.load_table(target.table)
         except (NoSuchTableError, NoSuchNamespaceError):
             continue
-        actions = threshold_actions(stats.manifests, stats.snapshots, config.maintenance.policy(target.table))
+        stats = table_stats(table)
+        policy = config.maintenance.policy(target.table)
+        small = 0
+        if target.hour_column is not None and target.stream is not None and "rewrite_data_files" in policy.actions:
+            name = target.stream.name
+            if name not in closed_by_stream:
+                closed_by_stream[name] = closed_hours(latest(config, name))
+            per_hour = small_files_per_hour(hourly_files(table), closed_by_stream[name], policy.target_file_size)
+            small = max(per_hour.values(), default=0)
+        actions = threshold_actions(stats.manifests, stats.snapshots, policy, small)
         if actions:
             due[target.table] = actions
     return due

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, TablePolicy
-from laketide.errors import WriterBusyError
+from laketide.errors import GaveUp, WriterBusyError
 from laketide.ingest import sink
 from laketide.ingest.landing import partition_key
 from laketide.lake.catalog import load_catalog
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.maintain")
 LEASE_PREFIX = "maintain:"
-
-
-class GaveUp(Exception):
-    """An action lost to concurrent commits and stopped without changing the table."""
 
 
 class Maintainer:

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Literal
 
 from laketide.close.partitions import State
 from laketide.config import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, LaketideConfig, TablePolicy, maintained_tables
-from laketide.errors import LaketideError
+from laketide.errors import MaintenanceRequestError, UnsafeOrphanAgeError
 from laketide.ingest.landing import HOUR, hour_start
 from laketide.lake.commits import BATCH_ID, WRITER_ID
 from laketide.lake.snapshots import Snap
+
+#: a data file smaller than this share of the target size is "small" (Iceberg binpack's min-file-size default)
+SMALL_FILE_SHARE = 0.75
 
 if TYPE_CHECKING:
     from laketide.close.status import StatusRecord
@@ -38,14 +41,6 @@ COMMIT_RETRY_PROPERTIES = {
 
 Kind = Literal["events", "rejects", "status", "record"]
 ALL = "all"
-
-
-class MaintenanceRequestError(LaketideError, ValueError):
-    """A maintenance request (DAG params, command line) names an unknown table or action."""
-
-
-class UnsafeOrphanAgeError(LaketideError, ValueError):
-    """remove_orphan_files was asked for an age below the safe floor."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +252,7 @@ def check_orphan_location(table: str, location: str, keep: Mapping[str, str]) ->
     :param keep: description -> local path of every folder that must survive
     :raises MaintenanceRequestError: naming the folder
     """
-    from laketide.config import _inside, _local_path
+    from laketide.config.values import _inside, _local_path
 
     root = _local_path(location)
     if root is None:
@@ -271,11 +266,27 @@ def check_orphan_location(table: str, location: str, keep: Mapping[str, str]) ->
                 "its files would be deleted as orphans. Move it out of the table location first.")
 
 
-def threshold_actions(manifests: int, snapshots: int, policy: TablePolicy) -> list[str]:
-    """The actions a table is due for by its thresholds (``max_manifests``, ``max_snapshots``), among its
-    policy's actions: between the runs after closes and the daily one, a table that grows fast is not left
-    waiting."""
+def small_files_per_hour(sizes: Mapping[datetime, Sequence[int]], hours: Iterable[datetime],
+                         target_file_size: int) -> dict[datetime, int]:
+    """Small data files (below ``SMALL_FILE_SHARE`` of the target size) of each of ``hours`` that has any."""
+    limit = SMALL_FILE_SHARE * target_file_size
+    counts = {hour: sum(1 for size in sizes.get(hour, ()) if size < limit) for hour in set(hours)}
+    return {hour: n for hour, n in sorted(counts.items()) if n}
+
+
+def threshold_actions(manifests: int, snapshots: int, policy: TablePolicy, small_files: int = 0) -> list[str]:
+    """The actions a table is due for by its thresholds, among its policy's actions: between the runs after closes
+    and the daily one, a table that grows fast is not left waiting.
+
+    :param manifests: manifests of the current snapshot (``max_manifests``: rewrite_manifests)
+    :param snapshots: snapshots the table keeps, i.e. those since the last expiry (``max_snapshots``:
+        expire_snapshots)
+    :param small_files: the most small data files of any closed hour (``max_small_files``: rewrite_data_files;
+        open hours are never compacted)
+    """
     due = []
+    if "rewrite_data_files" in policy.actions and small_files > policy.max_small_files:
+        due.append("rewrite_data_files")
     if "rewrite_manifests" in policy.actions and manifests > policy.max_manifests:
         due.append("rewrite_manifests")
     if "expire_snapshots" in policy.actions and snapshots > policy.max_snapshots:

@@ -21,15 +21,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from laketide.errors import CheckpointFormatError
 from laketide.ingest.landing import FileStat, file_stat
 
 log = logging.getLogger("laketide.redo.checkpoint")
 VERSION = "v1"
 DEFAULT_OFFSET_METADATA = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}
-
-
-class CheckpointFormatError(RuntimeError):
-    """An existing checkpoint file is not in the format this module writes (another Spark version)."""
 
 
 def _lines(path: Path) -> list[str]:

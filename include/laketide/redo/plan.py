@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.landing import FileStat, from_epoch_hours, landed_files, partition_key
+from laketide.ingest.inspection import landed_files
+from laketide.ingest.landing import FileStat, from_epoch_hours, partition_key
 from laketide.lake.commits import BATCH_ID, WRITER_ID, source_position
 from laketide.redo.params import HourRange, RedoRequest
 

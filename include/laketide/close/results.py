@@ -1,0 +1,131 @@
+"""The close stage's results as they travel between tasks: typed objects with a plain-dict wire format.
+
+A trigger event's payload, an XCom value and an Asset event's extra must stay JSON-serialisable, so each object
+has ``to_dict()`` (what is sent: plain JSON values, the same keys as always) and ``from_dict()`` (what a task
+reads back); code in between uses attributes, not keys.
+
+* :class:`PartitionEvent`: a partition decided (or given up on) by the sensor and its trigger;
+* :class:`VerifiedPartition`: a partition that passed verification, handed from ``verify`` to ``close``;
+* :class:`ClosedPartition`: the close record downstream DAGs get as the Asset event's extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from laketide.close.partitions import State
+
+if TYPE_CHECKING:
+    from laketide.close.partitions import PartitionStatus
+    from laketide.close.verify import Verification
+    from laketide.config import StreamConfig
+
+
+@dataclass(frozen=True)
+class PartitionEvent:
+    """What the partition-completion trigger fires and the sensor pushes: one check's outcome about a partition.
+
+    ``timeout``: the trigger gave up at its deadline with the last undecided outcome (the sensor fails with it).
+    """
+
+    stream: str
+    #: the partition key (``2026-11-22T03:00:00+00:00``)
+    partition: str
+    state: State
+    reason: str
+    rows: int
+    watermark: str | None
+    snapshot_id: int | None
+    #: ISO time of the check
+    checked_at: str
+    timeout: bool = False
+
+    @classmethod
+    def from_status(cls, status: PartitionStatus, *, timeout: bool = False) -> PartitionEvent:
+        return cls.from_dict({**status.to_dict(), "timeout": timeout})
+
+    @property
+    def decided(self) -> bool:
+        """Complete, empty (close it) or gap (alert): the outcomes a sensor stops on."""
+        return self.state in (State.COMPLETE, State.EMPTY, State.GAP)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trigger event's payload and the sensor's XCom (``timeout`` only when set)."""
+        out: dict[str, Any] = {
+            "stream": self.stream, "partition": self.partition, "state": self.state.value, "reason": self.reason,
+            "rows": self.rows, "watermark": self.watermark, "snapshot_id": self.snapshot_id,
+            "checked_at": self.checked_at,
+        }
+        if self.timeout:
+            out["timeout"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PartitionEvent:
+        return cls(
+            stream=str(data["stream"]), partition=str(data["partition"]), state=State(data["state"]),
+            reason=str(data.get("reason") or ""), rows=int(data.get("rows") or 0), watermark=data.get("watermark"),
+            snapshot_id=data.get("snapshot_id"), checked_at=str(data.get("checked_at") or ""),
+            timeout=bool(data.get("timeout", False)),
+        )
+
+
+@dataclass(frozen=True)
+class VerifiedPartition:
+    """A partition that passed verification: the counts and the snapshot its close records."""
+
+    #: the partition key
+    partition: str
+    audit: int
+    lake: int
+    rejects: int
+    snapshot_id: int | None
+    #: where the full Great Expectations result was saved
+    results: str
+
+    @classmethod
+    def from_verification(cls, verification: Verification) -> VerifiedPartition:
+        from laketide.ingest.landing import partition_key
+
+        return cls(partition_key(verification.partition), verification.audit, verification.lake,
+                   verification.rejects, verification.snapshot_id, str(verification.results_path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``verify`` task's XCom."""
+        return {"partition": self.partition, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
+                "snapshot_id": self.snapshot_id, "results": self.results}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedPartition:
+        return cls(str(data["partition"]), int(data["audit"]), int(data["lake"]), int(data["rejects"]),
+                   data.get("snapshot_id"), str(data["results"]))
+
+
+@dataclass(frozen=True)
+class ClosedPartition:
+    """The close record: what downstream DAGs get in the Asset event (the table, the partition, its counts)."""
+
+    stream: str
+    table: str
+    #: the partition key
+    partition: str
+    rows: int
+    rejects: int
+    snapshot_id: int | None
+
+    @classmethod
+    def of(cls, stream: StreamConfig, verified: VerifiedPartition) -> ClosedPartition:
+        return cls(stream.name, stream.table, verified.partition, verified.lake, verified.rejects,
+                   verified.snapshot_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Asset event's extra."""
+        return {"stream": self.stream, "table": self.table, "partition": self.partition, "rows": self.rows,
+                "rejects": self.rejects, "snapshot_id": self.snapshot_id}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
+        return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
+                   int(data["rejects"]), data.get("snapshot_id"))

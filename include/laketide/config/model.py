@@ -1,0 +1,135 @@
+"""The whole configuration and the checks across its sections (shared names, overlapping paths, retention)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import model_validator
+
+from laketide.config.maintenance import MaintenanceConfig
+from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig
+from laketide.config.streams import StreamConfig
+from laketide.config.values import _inside, _local_path, _secs, _Strict
+from laketide.errors import ConfigError
+
+
+class LaketideConfig(_Strict):
+    home: Path
+    catalog: CatalogConfig
+    spark: SparkConfig
+    close: CloseConfig
+    streams: list[StreamConfig]
+    maintenance: MaintenanceConfig = MaintenanceConfig()
+
+    @model_validator(mode="after")
+    def _unique(self) -> LaketideConfig:
+        problems = _shared_keys(self) + _overlapping_paths(self) + _maintained(self)
+        if problems:
+            # each problem starts with the key it is about: the message lists them all
+            raise ValueError("\n".join(problems))
+        return self
+
+    def stream(self, name: str) -> StreamConfig:
+        for stream in self.streams:
+            if stream.name == name:
+                return stream
+        raise ConfigError(f"unknown stream {name!r}: configured streams are {[s.name for s in self.streams]}")
+
+
+def maintained_tables(config: LaketideConfig) -> list[str]:
+    """Every table maintenance looks after: each stream's events and rejects, the status and the record table."""
+    tables = [t for s in config.streams for t in (s.table, s.rejects_table)]
+    return [*tables, config.close.status_table, config.maintenance.record_table]
+
+
+def _maintained(config: LaketideConfig) -> list[str]:
+    problems: list[str] = []
+    record_table = config.maintenance.record_table
+    if record_table in maintained_tables(config)[:-1]:
+        problems.append(f"maintenance.record_table: {record_table!r} is already a stream's or the status table; "
+                        "use a table of its own (default laketide.maintenance_log)")
+    known = maintained_tables(config)
+    for name in config.maintenance.tables:
+        if name not in known:
+            problems.append(f"maintenance.tables: {name!r} is not a maintained table; use one of {known}")
+    for stream in config.streams:
+        # the partition check counts an hour's rows from the writer's snapshot summaries: an hour must be closed
+        # before expiry removes the commits that added its rows
+        need = config.close.sensor_timeout + stream.allowed_lateness + timedelta(hours=1)
+        retention = config.maintenance.policy(stream.table).snapshot_retention
+        if retention < need:
+            key = "tables" if stream.table in config.maintenance.tables else "defaults"
+            problems.append(
+                f"maintenance.{key}.snapshot_retention: {_secs(retention)} for {stream.table} is shorter than an hour "
+                f"of stream {stream.name!r} may wait to close ({_secs(need)}: 1 hour + allowed_lateness + "
+                "close.sensor_timeout); the partition check reads the rows of an hour from the writer's snapshots, "
+                "which expiry would remove first. Keep 1d (the default) or more")
+    return problems
+
+
+def _key(stream: StreamConfig, field: str) -> str:
+    return f"streams[{stream.name}].{field}"
+
+
+def _shared_keys(config: LaketideConfig) -> list[str]:
+    """Names, writer ids and tables that two streams (or a stream and the status table) share."""
+    problems: list[str] = []
+    owners: dict[tuple[str, str], str] = {}
+    for i, stream in enumerate(config.streams):
+        if stream.name in [s.name for s in config.streams[:i]]:
+            problems.append(f"streams[{i}].name: stream name {stream.name!r} is used twice; give each stream its own")
+            continue
+        claims = [("writer_id", stream.writer_id), ("table", stream.table), ("rejects_table", stream.rejects_table)]
+        for field, value in claims:
+            kind = "writer id" if field == "writer_id" else "table"
+            owner = owners.get((kind, value))
+            if owner is not None:
+                what = ("the dedupe key: two streams with one writer id would skip each other's batches"
+                        if kind == "writer id" else "each stream needs its own tables")
+                problems.append(f"{_key(stream, field)}: {value!r} is already {owner}; {what}")
+            else:
+                owners[(kind, value)] = f"the {field} of stream {stream.name!r}"
+    status = config.close.status_table
+    if ("table", status) in owners:
+        problems.append(f"close.status_table: {status!r} is {owners[('table', status)]}; "
+                        "use a table of its own (default laketide.partition_status)")
+    return problems
+
+
+def _overlapping_paths(config: LaketideConfig) -> list[str]:
+    """Landing zones, checkpoints, the warehouse and the results folder must not lie inside one another."""
+    problems: list[str] = []
+    warehouse = _local_path(config.catalog.warehouse)
+    for i, stream in enumerate(config.streams):
+        landing, checkpoint = stream.landing_path, stream.checkpoint_path
+        if warehouse is not None:
+            if _inside(landing, warehouse) or _inside(warehouse, landing):
+                problems.append(f"{_key(stream, 'landing_path')}: {str(landing)!r} overlaps the warehouse "
+                                f"{config.catalog.warehouse!r}: the writer would read table files as landed events; "
+                                "keep the landing zone apart (e.g. {home}/landing/<stream>)")
+            if _inside(checkpoint, warehouse) or _inside(warehouse, checkpoint):
+                problems.append(f"{_key(stream, 'checkpoint_path')}: {str(checkpoint)!r} is inside the warehouse "
+                                f"{config.catalog.warehouse!r} (the table location): remove_orphan_files would delete "
+                                "it (Iceberg #7334); keep it apart (e.g. {home}/checkpoints/<stream>)")
+        for other in config.streams[:i]:
+            if _inside(landing, other.landing_path) or _inside(other.landing_path, landing):
+                problems.append(f"{_key(stream, 'landing_path')}: {str(landing)!r} overlaps the landing zone of "
+                                f"stream {other.name!r} ({str(other.landing_path)!r}): give each stream its own folder")
+            if _inside(checkpoint, other.checkpoint_path) or _inside(other.checkpoint_path, checkpoint):
+                problems.append(f"{_key(stream, 'checkpoint_path')}: {str(checkpoint)!r} overlaps the checkpoint of "
+                                f"stream {other.name!r} ({str(other.checkpoint_path)!r}): give each stream its own")
+        for other in config.streams:
+            if other is stream:
+                continue
+            if _inside(checkpoint, other.landing_path) or _inside(other.landing_path, checkpoint):
+                problems.append(f"{_key(stream, 'checkpoint_path')}: {str(checkpoint)!r} overlaps the landing zone "
+                                f"of stream {other.name!r} ({str(other.landing_path)!r}): keep checkpoints apart")
+        results = config.close.results_dir
+        if _inside(results, landing) or _inside(results, checkpoint):
+            problems.append(f"close.results_dir: {str(results)!r} is inside the landing zone or the checkpoint of "
+                            f"stream {stream.name!r}: keep it apart (default {{home}}/gx)")
+    if warehouse is not None and _inside(config.close.results_dir, warehouse):
+        problems.append(f"close.results_dir: {str(config.close.results_dir)!r} is inside the warehouse "
+                        f"{config.catalog.warehouse!r}: remove_orphan_files would delete it; keep it apart")
+    return problems

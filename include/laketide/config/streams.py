@@ -1,0 +1,147 @@
+"""The ``streams`` section: one model per event stream and its record fields."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from laketide.config.values import (
+    _IDENT,
+    _absolute,
+    _inside,
+    _secs,
+    _Strict,
+    check_table_name,
+    non_negative_duration,
+    positive_duration,
+)
+
+FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
+CommitPath = Literal["auto", "internal", "public"]
+
+
+class FieldSpec(_Strict):
+    """One field of a stream's JSON record."""
+
+    type: FieldType
+    required: bool = False
+
+
+class StreamConfig(_Strict):
+    """One event stream: where it lands, what it looks like, where it goes."""
+
+    name: str
+    landing_path: Path
+    checkpoint_path: Path
+    table: str
+    rejects_table: str
+    writer_id: str
+    event_time_field: str
+    event_id_field: str
+    fields: dict[str, FieldSpec]
+    partition_period: Literal["hour"] = "hour"
+    trigger_interval: timedelta = timedelta(seconds=30)
+    allowed_lateness: timedelta = timedelta(minutes=10)
+    idle_window: timedelta = timedelta(minutes=5)
+    #: the source sends events continuously: an input idle (no file landed, no commit) for ``idle_window`` after an
+    #: hour's end + lateness is a gap (alert). False for a stream that replays history: an idle input, all of it
+    #: committed, has ended, and the hours its watermark reached close
+    live: bool = True
+    max_files_per_trigger: int = Field(default=100, ge=1)
+    #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
+    min_event_time: str = "2000-01-01T00:00:00+00:00"
+    max_future: timedelta = timedelta(days=1)
+    #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lake.lease)
+    writer_lease: timedelta = timedelta(seconds=60)
+    #: a landing line longer than this (in bytes, without its newline) is rejected unparsed
+    max_line_bytes: int = Field(default=4 * 1024 * 1024, ge=1, le=2**31 - 1)
+    #: accept timestamp values that are a date alone ("2026-11-22", read as midnight UTC)
+    allow_date_only_timestamps: bool = False
+    #: accept timestamp values with a time but no UTC offset ("2026-11-22T03:00:00", read as UTC)
+    allow_timestamps_without_offset: bool = False
+    #: how the writer commits: "internal" (fast, non-public Spark/Iceberg APIs, see laketide.lake.internals),
+    #: "public" (public APIs only), or "auto": internal when its start-up check passes, else public
+    commit_path: CommitPath = "auto"
+
+    @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return positive_duration(value)
+
+    @field_validator("allowed_lateness", mode="before")
+    @classmethod
+    def _lateness(cls, value: Any) -> timedelta:
+        return non_negative_duration(value)
+
+    @field_validator("landing_path", "checkpoint_path")
+    @classmethod
+    def _path(cls, value: Path) -> Path:
+        return _absolute(value)
+
+    @field_validator("min_event_time")
+    @classmethod
+    def _min_event_time(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO timestamp like 2000-01-01T00:00:00+00:00") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"{value!r} has no UTC offset: write e.g. 2000-01-01T00:00:00+00:00")
+        return value
+
+    @field_validator("name", "writer_id")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"{value!r} may only hold letters, digits, '_', '.', '-'")
+        return value
+
+    @field_validator("table", "rejects_table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return check_table_name(value)
+
+    @field_validator("fields")
+    @classmethod
+    def _fields(cls, value: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+        for name in value:
+            if not _IDENT.match(name):
+                raise ValueError(f"field name {name!r} is not a plain identifier")
+            if name.startswith("_"):
+                raise ValueError(f"field name {name!r} starts with '_', which laketide keeps for its own columns "
+                                 "(_source_file, _batch_id, ...): rename the field")
+        return value
+
+    @model_validator(mode="after")
+    def _key_fields(self) -> StreamConfig:
+        for key in ("event_time_field", "event_id_field"):
+            name = getattr(self, key)
+            if name not in self.fields:
+                raise ValueError(f"{key}: {name!r} is not one of fields {sorted(self.fields)}")
+            if not self.fields[name].required:
+                raise ValueError(f"{key}: field {name!r} must be declared required: true")
+        if self.fields[self.event_time_field].type != "timestamp":
+            raise ValueError(f"event_time_field: field {self.event_time_field!r} must have type timestamp")
+        if self.event_time_field == self.event_id_field:
+            raise ValueError("event_id_field: must be another field than event_time_field")
+        if self.table == self.rejects_table:
+            raise ValueError(f"rejects_table: {self.table!r} is also the events table; name another table")
+        if self.idle_window <= self.trigger_interval:
+            raise ValueError(
+                f"idle_window: {_secs(self.idle_window)} is not longer than trigger_interval "
+                f"({_secs(self.trigger_interval)}); "
+                "the writer commits at most once per trigger, so every hour would look stalled (a gap): "
+                "use several trigger intervals")
+        if _inside(self.checkpoint_path, self.landing_path) or _inside(self.landing_path, self.checkpoint_path):
+            raise ValueError(
+                f"checkpoint_path: {str(self.checkpoint_path)!r} overlaps landing_path {str(self.landing_path)!r}; "
+                "keep the checkpoint outside the landing zone (e.g. {home}/checkpoints/<stream>)")
+        return self
+
+    @property
+    def namespace(self) -> str:
+        return self.table.split(".")[0]

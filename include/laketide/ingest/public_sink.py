@@ -1,0 +1,147 @@
+"""The public commit path: a fenced publish built on public Spark and Iceberg APIs only.
+
+Used when ``laketide.lake.internals.check`` finds a Spark or Iceberg the internal path was not written for
+(``commit_path: auto``), or when configured (``commit_path: public``). Per table and batch:
+
+1. the table is refreshed and the writer's newest marker on ``main`` is checked: it must be the one the
+   batch started from (else :class:`WriterFencedError`);
+2. a staging branch is created at ``main``'s head (``ManageSnapshots.createBranch``; on a table without any
+   snapshot Iceberg creates an empty one for it, which then becomes the first snapshot of ``main``);
+3. the rows are written to that branch with ``DataFrameWriterV2`` (identifier ``<table>.branch_<name>``),
+   the marker and the summary as ``snapshot-property.*`` options: one snapshot, on the branch only;
+4. ``ManageSnapshots.fastForwardBranch("main", branch)`` and ``removeBranch(branch)``, one commit, after
+   checking, on the metadata that commit is built from, that ``main``'s head is still the staging
+   snapshot's parent. Iceberg builds that reference update once, from the metadata read when
+   ``manageSnapshots()`` was called, and commits it by a compare-and-swap from exactly that metadata: its
+   retry after a lost swap re-applies the update against the old base and fails ("Table metadata refresh
+   is required"). It never rebases. So ``main`` moves only from the head that was checked.
+
+When the swap fails because ``main`` moved (another writer, a compaction), the branch is dropped and the
+whole publish is tried again from step 1: a commit of this batch by another writer of the stream fences
+this one; any other commit is built upon by writing the batch again (from the cached rows) on a new branch.
+The snapshot of a dropped branch, and its files, are in no lineage: expiry deletes them. Staging branches
+left by a killed writer of the same writer id are removed by the next publish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from laketide.errors import WriterFencedError
+from laketide.ingest import sink
+from laketide.lake import commits
+from laketide.lake.internals import gateway
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("laketide.ingest.public_sink")
+STAGE_PREFIX = "laketide_stage_"
+
+
+class MainMovedError(RuntimeError):
+    """``main`` moved between the staging write and the fast-forward: publish again (after a fence check)."""
+
+
+class PublicIceberg:
+    """Iceberg's public Java API, reached through the py4j gateway: tables by name."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        jvm, self.session = gateway(spark)
+        self.spark3util = jvm.org.apache.iceberg.spark.Spark3Util
+
+    def table(self, name: str) -> Any:
+        """The Java Iceberg ``Table`` ``name`` (``catalog.namespace.table``), refreshed."""
+        table = self.spark3util.loadIcebergTable(self.session, name)
+        table.refresh()
+        return table
+
+
+def stage_prefix(writer_id: str) -> str:
+    """Prefix of the staging branches of ``writer_id`` (a branch name is part of a Spark identifier)."""
+    return f"{STAGE_PREFIX}{re.sub(r'[^A-Za-z0-9_]', '_', writer_id)}_"
+
+
+def table_marker(table: Any, writer_id: str) -> commits.Marker | None:
+    """The newest commit of ``writer_id`` on ``main`` of the Java ``Table`` (public API: current snapshot,
+    snapshots by id)."""
+    table.refresh()
+    return sink.java_marker(table, writer_id)
+
+
+def _drop_branches(table: Any, names: list[str]) -> None:
+    if not names:
+        return
+    manage = table.manageSnapshots()
+    for name in names:
+        manage.removeBranch(name)
+    manage.commit()
+
+
+def _stale_branches(table: Any, prefix: str) -> list[str]:
+    return [str(name) for name in table.refs().keySet().toArray() if str(name).startswith(prefix)]
+
+
+def _head(table: Any) -> int | None:
+    head = table.currentSnapshot()
+    return None if head is None else int(head.snapshotId())
+
+
+def publish(iceberg: PublicIceberg, name: str, rows: DataFrame, props: dict[str, str], writer_id: str,
+            batch_id: int, expected: commits.Marker | None, timeout: timedelta,
+            before_attempt: Callable[[], object] = lambda: None,
+            staged: Callable[[], object] = lambda: None) -> int:
+    """Append ``rows`` to the Iceberg table ``name`` in one snapshot of ``main`` carrying ``props``, fenced:
+    only on top of a lineage whose newest commit of ``writer_id`` is ``expected``. Returns the snapshot id.
+
+    :param before_attempt: called before each attempt (the writer renews its SQLite connections there)
+    :param staged: called once the rows are written to the staging branch, before ``main`` moves
+    :raises WriterFencedError: another writer committed to the table for ``writer_id`` since ``expected``
+    """
+    prefix = stage_prefix(writer_id)
+    ours: set[int] = set()  # staging snapshots this publish tried to put on main
+
+    def attempt() -> int:
+        before_attempt()
+        table = iceberg.table(name)
+        found = sink.java_marker(table, writer_id)
+        if found is not None and found.snapshot_id in ours:
+            return found.snapshot_id  # an earlier attempt whose outcome was unknown did commit
+        if not sink._same(found, expected):
+            raise WriterFencedError(sink.fenced_message(writer_id, batch_id, name, found, expected))
+        _drop_branches(table, _stale_branches(table, prefix))  # left by a killed attempt of this writer id
+        start = _head(table)
+        branch = f"{prefix}{batch_id}_{uuid.uuid4().hex[:10]}"
+        manage = table.manageSnapshots()
+        (manage.createBranch(branch) if start is None else manage.createBranch(branch, start)).commit()
+        base = int(table.snapshot(branch).snapshotId())
+        try:
+            writer = rows.writeTo(f"{name}.branch_{branch}")
+            for key, value in props.items():
+                writer = writer.option(f"snapshot-property.{key}", value)
+            writer.append()
+            staged()
+            manage = table.manageSnapshots()  # refreshes: the commit below swaps from exactly this metadata
+            snapshot = table.snapshot(branch)
+            if snapshot is None or snapshot.parentId() is None or int(snapshot.parentId()) != base \
+                    or _head(table) != start:
+                raise MainMovedError(f"Cannot commit: main of {name} moved while batch {batch_id} was staged")
+            snapshot_id = int(snapshot.snapshotId())
+            ours.add(snapshot_id)
+            manage.fastForwardBranch(sink.MAIN_BRANCH, branch).removeBranch(branch).commit()
+            return snapshot_id
+        except BaseException:
+            # the branch of a failed attempt (its snapshot is left to expiry), unless already gone (committed,
+            # or removed by another writer of the same writer id)
+            with contextlib.suppress(Exception):
+                _drop_branches(iceberg.table(name), [branch])
+            raise
+
+    return sink.retrying(f"commit of batch {batch_id} to {name}", attempt, timeout,
+                         transient=lambda exc: isinstance(exc, MainMovedError) or sink.is_transient(exc))

@@ -1,0 +1,48 @@
+"""The close stage's typed results keep a plain JSON wire format (trigger events, XComs, Asset extras)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from laketide.close.partitions import PartitionStatus, State
+from laketide.close.results import ClosedPartition, PartitionEvent, VerifiedPartition
+from laketide.close.verify import Verification
+from tests.helpers import load, write_config
+
+HOUR = datetime(2026, 11, 22, 3, tzinfo=UTC)
+KEY = "2026-11-22T03:00:00+00:00"
+
+
+def _status(state: State) -> PartitionStatus:
+    return PartitionStatus("clicks", HOUR, state, "watermark passed", 7, "2026-11-22T04:20:00+00:00", 12,
+                           datetime(2026, 11, 22, 5, tzinfo=UTC))
+
+
+def test_a_partition_event_is_the_status_dict_and_round_trips_through_json() -> None:
+    event = PartitionEvent.from_status(_status(State.COMPLETE))
+    wire = event.to_dict()
+    assert wire == _status(State.COMPLETE).to_dict()  # the keys sent since the first release, no "timeout"
+    back = PartitionEvent.from_dict(json.loads(json.dumps(wire)))
+    assert back == event and back.decided and back.state is State.COMPLETE and back.rows == 7
+
+    timed_out = PartitionEvent.from_status(_status(State.LAGGING), timeout=True)
+    assert timed_out.to_dict()["timeout"] is True and not timed_out.decided
+    assert PartitionEvent.from_dict(json.loads(json.dumps(timed_out.to_dict()))) == timed_out
+    assert PartitionEvent.from_status(_status(State.GAP)).decided
+
+
+def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) -> None:
+    stream = load(write_config(tmp_path)).stream("clicks")
+    verification = Verification(stream="clicks", partition=HOUR, success=True, audit=10, lake=8, rejects=2,
+                                pending_files=0, snapshot_id=42, failures=[], results_path=tmp_path / "r.json")
+    verified = VerifiedPartition.from_verification(verification)
+    assert verified.to_dict() == {"partition": KEY, "audit": 10, "lake": 8, "rejects": 2, "snapshot_id": 42,
+                                  "results": str(tmp_path / "r.json")}
+    assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
+
+    closed = ClosedPartition.of(stream, verified)
+    assert closed.to_dict() == {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8,
+                                "rejects": 2, "snapshot_id": 42}
+    assert ClosedPartition.from_dict(json.loads(json.dumps(closed.to_dict()))) == closed
