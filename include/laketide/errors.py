@@ -85,10 +85,22 @@ class GaveUp(LaketideError):
     """An action lost to concurrent commits and stopped without changing the table."""
 
 
-# ---------------------------------------------------------------- redo (backfill, repair)
+# ---------------------------------------------------------------- redo (and other manual operations)
 
 
-class ActionRequestError(LaketideError, ValueError):
+class RequestError(LaketideError, ValueError):
+    """A parameter of a manual operation (redo, backfill, repair) is refused before anything changes."""
+
+
+class RedoBusyError(LaketideError):
+    """A redo cannot hold its stream: another redo of the stream runs, or the writer did not stop in time."""
+
+
+class CheckpointFormatError(LaketideError):
+    """An existing checkpoint file is not in the format the redo writes (another Spark version)."""
+
+
+class ActionRequestError(RequestError):
     """A backfill or repair request (DAG params, command line) that is refused before anything changes."""
 
 

@@ -65,10 +65,10 @@ def stop_file(stream: StreamConfig) -> Path:
 
 
 def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mode: Mode,
-          commit_path: str = "internal") -> StreamingQuery:
+          commit_path: str = "internal", summary: dict[str, str] | None = None) -> StreamingQuery:
     writer = (
         extract(spark, stream, sizes=commit_path == "public").writeStream
-        .foreachBatch(BatchWriter(config, stream, commit_path))
+        .foreachBatch(BatchWriter(config, stream, commit_path, summary))
         .option("checkpointLocation", str(stream.checkpoint_path))
         .queryName(f"laketide-{stream.name}")
     )
@@ -113,13 +113,15 @@ def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSe
     lease = lease_for(config, stream, mode)
     lease.acquire()
     try:
-        _run(config, stream, mode, lease, spark)
+        run_held(config, stream, mode, lease, spark)
     finally:
         lease.release()
 
 
-def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
-         spark: SparkSession | None) -> None:
+def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
+             spark: SparkSession | None = None, summary: dict[str, str] | None = None) -> None:
+    """:func:`run` with the stream's lease already taken by the caller (a redo re-ingests this way);
+    ``summary``: more snapshot summary properties for every commit."""
     from laketide.lake.spark import build_session
 
     spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
@@ -140,7 +142,7 @@ def _run(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Writer
         stopping.append(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    query = start(spark, config, stream, mode, commit_path)
+    query = start(spark, config, stream, mode, commit_path, summary)
     log.info("writer %s started in %s mode (%s commit path): %s -> %s", stream.writer_id, mode, commit_path,
              stream.landing_path, stream.table)
     lost = False

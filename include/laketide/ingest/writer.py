@@ -125,9 +125,12 @@ class BatchWriter:
     unreachable catalog is waited out (``sink.retrying``, up to ``catalog.retry_timeout``).
     """
 
-    def __init__(self, config: LaketideConfig, stream: StreamConfig, commit_path: str = "internal") -> None:
+    def __init__(self, config: LaketideConfig, stream: StreamConfig, commit_path: str = "internal",
+                 summary: dict[str, str] | None = None) -> None:
         self.config = config
         self.stream = stream
+        #: more snapshot summary properties for every commit (a redo names itself: ``laketide.redo-id``)
+        self.summary = dict(summary or {})
         self.prefix = config.catalog.name
         self.validator = Validator(stream)
         self.timeout = config.catalog.retry_timeout
@@ -270,6 +273,7 @@ class BatchWriter:
             commits.MIN_EVENT_TIME: _iso(_from_micros(staged.min_event_time)),
             commits.MAX_EVENT_TIME: batch_max,
             commits.WATERMARK: watermark,
+            **self.summary,
         }
         if rejected:  # the rejects table is read only for batches that have rejects (its publish is fenced)
             rejects_table = iceberg.table(f"{self.prefix}.{stream.rejects_table}")
@@ -406,6 +410,7 @@ class BatchWriter:
                 commits.MIN_EVENT_TIME: _iso(_from_micros(min(lows) if lows else None)),
                 commits.MAX_EVENT_TIME: batch_max,
                 commits.WATERMARK: watermark,
+                **self.summary,
             }
             if rejected:
                 rejects_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.rejects_table}"),

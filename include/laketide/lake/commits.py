@@ -12,6 +12,7 @@ Every commit laketide's writer makes carries its markers in the Iceberg snapshot
 ``laketide.watermark``       the writer's high watermark: latest valid event time committed so far
 ``laketide.partition-rows``  JSON {partition key: rows added} for this table
 ``laketide.valid-rows`` / ``laketide.rejected-rows``  row counts of the whole batch
+``laketide.redo-id``         the redo run that re-ingested the batch (absent for the live writer's commits)
 ===========================  ==============================================================
 
 Two phases: the data files are written first (pre-commit); the atomic catalog swap is the commit. A batch
@@ -45,6 +46,7 @@ WATERMARK = "laketide.watermark"
 PARTITION_ROWS = "laketide.partition-rows"
 VALID_ROWS = "laketide.valid-rows"
 REJECTED_ROWS = "laketide.rejected-rows"
+REDO_ID = "laketide.redo-id"
 REDO_HINT = ("See docs/operations.md (checkpoint and table disagree): redo from a snapshot with the "
              "laketide_redo DAG, or reset the checkpoint and writer id deliberately.")
 
