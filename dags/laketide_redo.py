@@ -55,9 +55,10 @@ with DAG(
         "stream": Param(_config.streams[0].name if _config.streams else None, type="string",
                         enum=[s.name for s in _config.streams], title="Stream",
                         description="The stream to redo (its events and rejects tables, its writer's checkpoint)"),
-        "snapshot_id": Param(None, type=["null", "integer"], title="Snapshot id",
-                             description="The events table's snapshot to return to (the snapshots metadata table "
-                                         "lists them). Give this or 'at'."),
+        "snapshot_id": Param(None, type=["null", "string"], pattern="^[0-9]+$", title="Snapshot id",
+                             description="The events table's snapshot to return to, as digits (the snapshots "
+                                         "metadata table lists them; a text field because ids are 64-bit and a "
+                                         "browser's number field rounds them). Give this or 'at'."),
         "at": Param(None, type=["null", "string"], format="date-time", title="Or: at time",
                     description="Return to the snapshot that was current at this time (ISO with offset, e.g. "
                                 "2026-11-22T03:00:00+00:00). Give this or 'snapshot_id'."),

@@ -285,15 +285,17 @@ def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatc
     dag = bag.dags["laketide_redo"]
     assert dag.params["dry_run"] is True and dag.max_active_runs == 1
     with pytest.raises(ParamValidationError, match="'nope' is not one of"):
-        dag.test(run_conf={"stream": "nope", "snapshot_id": lake.good})
+        dag.test(run_conf={"stream": "nope", "snapshot_id": str(lake.good)})
     with pytest.raises(ParamValidationError):
         dag.test(run_conf={"stream": "clicks", "snapshot_id": "1; DROP TABLE lake.clicks"})
+    with pytest.raises(ParamValidationError):  # a number: the form sends the id's digits as text, never rounded
+        dag.test(run_conf={"stream": "clicks", "snapshot_id": lake.good})
 
     def task_states(run: Any) -> dict[str, str]:
         return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
     before, ckpt = heads(lake), checkpoint_files(lake)
-    run = dag.test(run_conf={"stream": "clicks", "snapshot_id": 12345})
+    run = dag.test(run_conf={"stream": "clicks", "snapshot_id": "12345"})
     assert run.state == "failed"
     assert task_states(run)["validate"] == "failed" and task_states(run)["redo"] == "upstream_failed"
     # as the trigger form does: every param, the empty ones as null
@@ -305,7 +307,7 @@ def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatc
     assert heads(lake) == before and checkpoint_files(lake) == ckpt
 
     corrupt(lake)
-    run = dag.test(run_conf={**form, "snapshot_id": lake.good, "dry_run": False})
+    run = dag.test(run_conf={**form, "snapshot_id": str(lake.good), "dry_run": False})
     assert run.state == "success", task_states(run)
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
