@@ -129,17 +129,15 @@ with DAG(
 
         @task(task_id=f"reopened_{_stream.name}")
         def reopened(stream: str = _stream.name, **context: Any) -> list[str]:
-            """The hours this redo recorded reopened (none unless the redo was of this stream)."""
-            from laketide.close.partitions import State
-            from laketide.close.status import history
-            from laketide.ingest.landing import partition_key
+            """The hours this redo recorded reopened that are decided now (complete or empty: none unless the redo
+            was of this stream). A reopened hour that is still open (the live hour) closes on the close DAG's
+            schedule, like any hour."""
             from laketide.redo.params import check_run_id
+            from laketide.redo.plan import hours_to_reclose
 
             if context["params"].get("stream") != stream:
                 return []
-            run = check_run_id(context["run_id"])
-            return sorted({partition_key(r.partition) for r in history(airflow_config(), stream)
-                           if r.state == State.REOPENED and r.run_id == run})
+            return hours_to_reclose(airflow_config(), stream, check_run_id(context["run_id"]))
 
         @task(task_id=f"reclose_{_stream.name}", outlets=[_asset], max_active_tis_per_dagrun=4)
         def reclose(partition: str, stream: str = _stream.name, asset: Any = _asset, **context: Any) -> None:

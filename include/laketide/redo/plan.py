@@ -255,3 +255,16 @@ def make_plan(config: LaketideConfig, stream: StreamConfig, snapshot_id: int) ->
 
 def plan_request(config: LaketideConfig, request: RedoRequest) -> RedoPlan:
     return make_plan(config, config.stream(request.stream), request.snapshot_id)
+
+
+def hours_to_reclose(config: LaketideConfig, stream: str, run_id: str) -> list[str]:
+    """Partition keys of the hours redo ``run_id`` recorded reopened that are decided now (``complete`` or
+    ``empty``, as the close's sensor would find them): the redo re-verifies and re-closes these at once. The others
+    (the live hour, an hour with a backlog) stay reopened and close on the close DAG's schedule."""
+    from laketide.close.partitions import State, check_partitions
+    from laketide.close.status import history
+
+    cfg = config.stream(stream)
+    hours = sorted({r.partition for r in history(config, stream) if r.state == State.REOPENED and r.run_id == run_id})
+    decided = {s.partition for s in check_partitions(config, cfg, hours) if s.state in (State.COMPLETE, State.EMPTY)}
+    return [partition_key(h) for h in hours if h in decided]
