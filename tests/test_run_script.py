@@ -214,7 +214,7 @@ def test_ctrl_c_on_make_run_piped_to_tee(tmp_path: Path) -> None:
     environ.update({"LAKETIDE_HOME": str(tmp_path), "LAKETIDE_PORT": str(port), "LAKETIDE_STOP_GRACE": "3",
                     "LAKETIDE_AIRFLOW_COMMAND": f"{sys.executable} {FAKE_AIRFLOW}",
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
-    job = subprocess.Popen(["bash", "-c", shell], env=environ, start_new_session=True)
+    job = subprocess.Popen(["bash", "-c", shell], env=environ, start_new_session=True, preexec_fn=_terminal_signals)
     try:
         out = tmp_path / "out.log"
         wait_until(lambda: out.exists() and "laketide is running" in out.read_text(), 60, "the quickstart")
