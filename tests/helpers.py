@@ -29,8 +29,11 @@ STREAM_FIELDS = {
 }
 
 
-def write_config(home: Path, **stream_overrides: Any) -> Path:
-    """A laketide configuration in ``home`` (SQLite catalog, local warehouse, one stream 'clicks')."""
+def write_config(home: Path, catalog_name: str = "laketide", **stream_overrides: Any) -> Path:
+    """A laketide configuration in ``home`` (SQLite catalog, local warehouse, one stream 'clicks').
+
+    ``catalog_name``: the Spark/Iceberg catalog name. A module that adds its own catalog to the test process's one
+    SparkSession needs a name of its own: Spark keeps a catalog it has loaded under its name."""
     stream = {
         "name": "clicks",
         "landing_path": "{home}/landing/clicks",
@@ -49,7 +52,7 @@ def write_config(home: Path, **stream_overrides: Any) -> Path:
     stream.update(stream_overrides)
     raw = {
         "home": str(home),
-        "catalog": {"name": "laketide", "uri": "sqlite:///{home}/catalog.db", "warehouse": "file://{home}/warehouse"},
+        "catalog": {"name": catalog_name, "uri": "sqlite:///{home}/catalog.db", "warehouse": "file://{home}/warehouse"},
         "spark": {
             "master": "local[2]",
             "jars_dir": str(JARS_DIR),

@@ -42,7 +42,9 @@ def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     from laketide.lake.spark import build_session
 
     home = tmp_path_factory.mktemp("repair")
-    config_path = write_config(home, max_files_per_trigger=3)
+    # its own catalog name: the test process may already hold a SparkSession whose 'laketide' catalog is another
+    # test's (getOrCreate returns that session, and Spark keeps a catalog it has loaded under its name)
+    config_path = write_config(home, catalog_name="repair", max_files_per_trigger=3)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "300", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--seed", "41")
     assert run_writer(config_path) == 0, writer_log(config_path)
@@ -53,10 +55,14 @@ def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         lines = [line for line in path.read_bytes().splitlines() if line.strip()]
         publish(stream.landing_path, lines, START, "resender", 900 + seq, "clicks")
     assert run_writer(config_path) == 0, writer_log(config_path)
+    from pyspark.sql import SparkSession
+
+    shared = SparkSession.getActiveSession()
     spark = build_session(config, "laketide-repair-tests", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     yield config_path, spark
-    spark.stop()
+    if shared is None:  # never stop the session other modules share
+        spark.stop()
 
 
 def run(config: Any, spark: Any, dry_run: bool = False) -> Any:
