@@ -14,25 +14,26 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
 from laketide.ingest import dedupe, failures, public_sink, sink
 from laketide.ingest import faultpoints as faults
-from laketide.ingest.landing import EPOCH, from_epoch_hours, partition_key
+from laketide.ingest.landing import from_epoch_hours
+from laketide.ingest.public_writer import PublicPath
+from laketide.ingest.summary import _from_micros, _iso, _later, _utc, summary_key
 from laketide.lake import commits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE, Validator, rejected_rows
+from laketide.ingest.transforms import Validator, rejected_rows
 from laketide.lake.internals import IcebergJvm, SqlitePool, batch_files, write_uncommitted
 
 log = logging.getLogger("laketide.ingest.writer")
 
-MICROS_PER_HOUR = 3_600_000_000
 
 
 def choose_commit_path(wanted: CommitPath, reason: str | None) -> str:
@@ -58,32 +59,6 @@ def choose_commit_path(wanted: CommitPath, reason: str | None) -> str:
     return "public"
 
 
-def _utc(value: datetime) -> datetime:
-    """PySpark hands timestamps back as naive local times; Python reads naive as local too."""
-    return value.astimezone(UTC)
-
-
-def summary_key(hour: datetime | None) -> str:
-    """Partition key of an hour in summaries (``landing.partition_key``), or 'unknown'."""
-    return "unknown" if hour is None else partition_key(_utc(hour))
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else _utc(value).isoformat()
-
-
-def _from_micros(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    return EPOCH + timedelta(microseconds=int(value))
-
-
-def _later(*values: str | None) -> str | None:
-    """The latest of ISO UTC timestamps written by ``_iso`` (same format, so text order is time order)."""
-    present = [v for v in values if v]
-    return max(present) if present else None
-
-
 @dataclass
 class Staged:
     """The data files written by a batch's pre-commit, not yet in any snapshot, and what they hold."""
@@ -103,7 +78,7 @@ class Staged:
 
 
 
-class BatchWriter:
+class BatchWriter(PublicPath):
     """``foreachBatch`` sink: a two-phase commit of each micro-batch, once.
 
     1. pre-commit: every line is written in ONE pass over the batch as data files of the events table that
@@ -342,125 +317,3 @@ class BatchWriter:
             )
         props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
         self._publish(jtable, data_files, props, batch_id, marker)
-
-
-
-    # -- the public commit path (laketide.ingest.public_sink): public Spark and Iceberg APIs only ----------
-
-    def _publish_public(self, spark: SparkSession, table: str, rows: DataFrame, props: dict[str, str],
-                        batch_id: int, expected: commits.Marker | None, point: str | None) -> int:
-        """Publish ``rows`` to ``table`` through a staging branch (see ``public_sink.publish``)."""
-        self._public = self._public or public_sink.PublicIceberg(spark)
-        self._sqlite = self._sqlite or SqlitePool(spark, self.prefix)
-        return public_sink.publish(
-            self._public, f"{self.prefix}.{table}", rows, props, self.stream.writer_id, batch_id, expected,
-            self.timeout, self._sqlite.reopen,
-            staged=(lambda: faults.maybe_pause(point, batch_id)) if point else (lambda: None),
-        )
-
-    def _write_public(self, batch: DataFrame, batch_id: int) -> None:
-        """The public path's batch: one pass over the lines into a cache, whose aggregate gives the summary
-        (rows per partition, rejects, event-time range, landing files with size and modification time), then
-        the valid rows from the cache to the events table; rejects as in the internal path."""
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
-        faults.maybe_pause("batch_start", batch_id)
-        started = time.monotonic()
-        stream = self.stream
-        spark = batch.sparkSession
-        self._public = self._public or public_sink.PublicIceberg(spark)
-        events_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.table}"),
-                                                 stream.writer_id)
-        if not commits.should_write(batch_id, events_marker):
-            log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
-            return
-        now = datetime.now(UTC).replace(microsecond=0)
-        time_field = stream.event_time_field
-        lineage = [batch["_source_file"].alias("_file"), batch[SOURCE_SIZE].alias("_size"),
-                   F.unix_millis(batch[LANDED_AT]).alias("_mtime")]
-        rows = self.validator.staged_rows(batch, batch_id, lineage).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            micros = F.unix_micros(F.col(time_field))
-            groups = rows.groupBy(F.floor(micros / MICROS_PER_HOUR).alias("_hour"), "_file", "_size", "_mtime").agg(
-                F.count(F.col(time_field)).alias("valid"),
-                F.count(F.when(F.col(time_field).isNull() & F.col("_source_file").isNotNull(), 1)).alias("rejected"),
-                F.min(micros).alias("low"), F.max(micros).alias("high"),
-            ).collect()
-            planned = time.monotonic()
-            stats: dict[str, tuple[int, int]] = {}
-            per_hour: dict[str, int] = {}
-            rejected = 0
-            lows = [int(g["low"]) for g in groups if g["low"] is not None]
-            highs = [int(g["high"]) for g in groups if g["high"] is not None]
-            for g in groups:
-                if g["_file"] is not None:
-                    stats[str(g["_file"])] = (int(g["_size"]), int(g["_mtime"]))
-                rejected += int(g["rejected"])
-                if g["valid"]:
-                    key = summary_key(from_epoch_hours(int(g["_hour"])))
-                    per_hour[key] = per_hour.get(key, 0) + int(g["valid"])
-            files = commits.SourceFiles(stats)
-            valid = sum(per_hour.values())
-            batch_max = _iso(_from_micros(max(highs) if highs else None))
-            watermark = _later(events_marker.watermark if events_marker else None, batch_max)
-            extra: dict[str, Any] = {
-                commits.VALID_ROWS: valid,
-                commits.REJECTED_ROWS: rejected,
-                commits.MIN_EVENT_TIME: _iso(_from_micros(min(lows) if lows else None)),
-                commits.MAX_EVENT_TIME: batch_max,
-                commits.WATERMARK: watermark,
-                **self.summary,
-            }
-            if rejected:
-                rejects_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.rejects_table}"),
-                                                          stream.writer_id)
-                if commits.should_write(batch_id, rejects_marker):
-                    self._reject_public(batch, batch_id, now, files, rejected, extra, rejects_marker)
-            else:
-                faults.maybe_pause("before_commit", batch_id)  # nothing staged for the rejects: pause here
-            faults.maybe_pause("between_tables", batch_id)
-            published = time.monotonic()
-            props = commits.summary_properties(stream.writer_id, batch_id, files, per_hour, extra)
-            table_columns = [*stream.fields, "_source_file", "_batch_id"]
-            valid_rows = rows.where(F.col(time_field).isNotNull()).select(*table_columns)
-            snapshot_id = self._publish_public(spark, stream.table, valid_rows, props, batch_id, events_marker,
-                                               None)
-        finally:
-            rows.unpersist()
-        faults.maybe_pause("after_commit", batch_id)
-        done = time.monotonic()
-        log.info(
-            "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "
-            "(public path: plan+aggregate %.2fs, rejects %.2fs, commit %.2fs; %.2fs)",
-            batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started,
-            published - planned, done - published, done - started,
-        )
-
-    def _reject_public(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
-                       extra: dict[str, Any], marker: commits.Marker | None) -> None:
-        """The rejected lines to the rejects table through a staging branch (the public path's ``_reject``)."""
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
-        stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now).persist(
-            StorageLevel.MEMORY_AND_DISK)
-        try:
-            by_hour: dict[str, int] = {}
-            hours = F.floor(F.unix_micros(F.col("event_hour")) / MICROS_PER_HOUR).alias("_hour")
-            for row in rejects.groupBy(hours).count().collect():
-                hour = row["_hour"]
-                key = summary_key(None if hour is None else from_epoch_hours(int(hour)))
-                by_hour[key] = by_hour.get(key, 0) + int(row["count"])
-            if sum(by_hour.values()) != expected:
-                raise RuntimeError(
-                    f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
-                    "(lines without a valid event time): the two passes over the batch disagree; nothing was "
-                    "committed"
-                )
-            props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
-            self._publish_public(batch.sparkSession, stream.rejects_table, rejects, props, batch_id, marker,
-                                 "before_commit")
-        finally:
-            rejects.unpersist()
