@@ -1,8 +1,11 @@
-"""Benchmark: a table built by many small micro-batches, before and after maintenance, in one run.
+"""Benchmark: tables built by many small micro-batches, before and after maintenance, in one run.
 
-1. An events table (the writer's DDL, ``tables.ensure_tables``) receives ``--batches`` small appends through
-   pyiceberg, each carrying the writer's markers (writer id, batch id) like a micro-batch: one data file per
-   batch, one manifest per batch, one snapshot per batch, spread over ``--hours`` hours.
+For each history length in ``--batches`` (default 1000 and 3000), in one Spark session:
+
+1. A fresh events table (the writer's DDL, ``tables.ensure_tables``) receives that many small writer commits
+   (``laketide.dev.history``: real Iceberg fast appends made with the Java API, each one data file of
+   ``--rows`` events in one hour, one new manifest, one snapshot carrying the writer's markers), spread over
+   ``--hours`` hours.
 2. Every hour but the last is recorded closed in the status table.
 3. Before and after one maintenance run (``laketide.maintain``: rewrite_data_files of the closed hours,
    rewrite_manifests, expire_snapshots with the default policy, the clock two days ahead so that the history is
@@ -10,10 +13,11 @@
    the time of a full-table aggregate and of one closed hour's count (Spark SQL), of pyiceberg ``load_table`` +
    scan planning, and of a partition status check (``partitions.check_partition``, metadata only).
 
-Prints the figures and the before/after ratios. Targets: <= 2 data files per closed hour; the hour's count and
-the planning >= 5x faster; metadata size after expiry independent of the table's age.
+Prints the figures and the before/after ratios per history, then the metadata size of the longest history
+over the shortest's, before and after maintenance. Targets: <= 2 data files per closed hour; the hour's count
+and the planning >= 5x faster; metadata size after expiry independent of the table's age (the ratio ~1.0).
 
-    .venv/bin/python bench/bench_maintain.py [--batches 1000] [--hours 6] [--rows 40] [--repeat 5]
+    .venv/bin/python bench/bench_maintain.py [--batches 1000,3000] [--hours 6] [--rows 40] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ if str(REPO_ROOT) not in sys.path:
 from laketide.close.partitions import State, check_partition  # noqa: E402
 from laketide.close.status import StatusRecord, record  # noqa: E402
 from laketide.lake.catalog import load_catalog  # noqa: E402
-from laketide.lake.commits import BATCH_ID, WATERMARK, WRITER_ID  # noqa: E402
 from laketide.maintain import plan  # noqa: E402
 from laketide.maintain.health import file_counts, table_stats  # noqa: E402
 from laketide.maintain.job import Maintainer  # noqa: E402
@@ -49,23 +52,6 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def build(table: Any, stream: Any, start: datetime, batches: int, hours: int, rows: int) -> None:
-    import pyarrow as pa
-
-    schema = table.schema().as_arrow()
-    for b in range(batches):
-        hour = start + timedelta(hours=b * hours // batches)
-        events = [{
-            "event_id": f"e{b}-{i}", "event_time": hour + timedelta(seconds=(b * 7 + i) % 3600), "user_id": i,
-            "page": "/p", "action": "view", "duration_ms": i, "country": "NL", "_source_file": f"f{b}",
-            "_batch_id": b,
-        } for i in range(rows)]
-        props = {WRITER_ID: stream.writer_id, BATCH_ID: str(b), WATERMARK: events[-1]["event_time"].isoformat()}
-        table.append(pa.Table.from_pylist(events, schema=schema), snapshot_properties=props)
-        if (b + 1) % 250 == 0:
-            print(f"  {b + 1} batches appended", flush=True)
 
 
 def measure(config: Any, spark: Any, stream: Any, closed: list[datetime], repeat: int) -> dict[str, float]:
@@ -95,30 +81,27 @@ def measure(config: Any, spark: Any, stream: Any, closed: list[datetime], repeat
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, default=1000)
-    parser.add_argument("--hours", type=int, default=6)
-    parser.add_argument("--rows", type=int, default=40)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-
+def bench_one(spark: Any, home: Path, batches: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Build one history of ``batches`` commits in its own catalog, maintain it, measure before and after."""
+    from laketide.dev.history import build_history
     from laketide.ingest.tables import ensure_tables
-    from laketide.lake.spark import build_session
+    from laketide.lake.spark import spark_conf
 
-    home = Path(tempfile.mkdtemp(prefix="laketide-bench-maintain-"))
-    config = load(write_config(home))
+    home.mkdir(parents=True)
+    config = load(write_config(home, catalog_name=f"bench{batches}"))
+    for key, value in spark_conf(config).items():  # this history's catalog, in the one session
+        if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
+            spark.conf.set(key, value)
     stream = config.stream("clicks")
-    spark = build_session(config, "laketide-bench-maintain", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
     ensure_tables(spark, config, stream)
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=args.hours + 2)
-    table = load_catalog(config.catalog).load_table(stream.table)
-    print(f"building {args.batches} micro-batches over {args.hours} hours in {home}", flush=True)
+    hours = [start + timedelta(hours=h) for h in range(args.hours)]
+    print(f"building {batches} micro-batches over {args.hours} hours in {home}", flush=True)
     t0 = time.perf_counter()
-    build(table, stream, start, args.batches, args.hours, args.rows)
+    build_history(config, spark, stream, batches, hours, rows=args.rows,
+                  progress=lambda n: print(f"  {n} commits", flush=True) if n % 500 == 0 else None)
     print(f"  built in {time.perf_counter() - t0:.0f}s", flush=True)
-    closed = [start + timedelta(hours=h) for h in range(args.hours - 1)]
+    closed = hours[:-1]
     record(config, *(StatusRecord(stream.name, h, State.CLOSED, run_id="bench") for h in closed))
 
     before = measure(config, spark, stream, closed, args.repeat)
@@ -130,13 +113,43 @@ def main() -> int:
         print(f"  {rec.line()}")
     after = measure(config, spark, stream, closed, args.repeat)
 
-    print(f"\nmaintenance run: {took:.1f}s")
+    print(f"\n{batches} micro-batches, maintenance run: {took:.1f}s")
     print(f"{'':<28} {'before':>12} {'after':>12} {'before/after':>13}")
     for key in before:
         b, a = before[key], after[key]
-        fmt = (lambda v: f"{v:12.4f}") if key.endswith(" s") else (lambda v: f"{v:12.0f}")
-        print(f"{key:<28} {fmt(b)} {fmt(a)} {b / a if a else float('inf'):12.1f}x")
+        print(f"{key:<28} {fmt(key, b)} {fmt(key, a)} {b / a if a else float('inf'):12.1f}x")
+    print(flush=True)
+    return {"before": before, "after": after}
+
+
+def fmt(key: str, value: float) -> str:
+    return f"{value:12.4f}" if key.endswith(" s") else f"{value:12.0f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="1000,3000", help="history lengths, comma-separated")
+    parser.add_argument("--hours", type=int, default=6)
+    parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    lengths = sorted(int(b) for b in args.batches.split(","))
+
+    from laketide.lake.spark import build_session
+
+    home = Path(tempfile.mkdtemp(prefix="laketide-bench-maintain-"))
+    spark = build_session(load(write_config(home)), "laketide-bench-maintain", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    results = {n: bench_one(spark, home / f"h{n}", n, args) for n in lengths}
     spark.stop()
+    if len(lengths) > 1:
+        short, long = results[lengths[0]], results[lengths[-1]]
+        print(f"history length {lengths[-1]} over {lengths[0]} micro-batches ({lengths[-1] / lengths[0]:.1f}x):")
+        print(f"{'':<28} {'before':>12} {'after':>12}")
+        for key in ("metadata bytes", "snapshots", "manifests", "load_table + plan s", "status check s"):
+            ratios = [long[when][key] / short[when][key] if short[when][key] else float("inf")
+                      for when in ("before", "after")]
+            print(f"{key:<28} {ratios[0]:11.2f}x {ratios[1]:11.2f}x")
     return 0
 
 

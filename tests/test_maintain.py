@@ -6,8 +6,9 @@ own throwaway SQLite catalog).
 * expiry keeps the writer's newest marker: a writer killed after expiry restarts without duplicates;
 * orphan removal removes the files of a killed batch attempt and no live file; a dry run changes nothing;
 * the writer ingests continuously while compaction, manifest rewrite and expiry run again and again.
-* a long history (a thousand small commits, built with the Java API in one transaction) is brought back to
-  metadata of a bounded size, and the status check and pyiceberg's load_table do less work afterwards.
+* a long history (thousands of small writer commits, built with Iceberg's Java API by ``laketide.dev.history``)
+  is brought back to metadata of a bounded size, and the status check and pyiceberg's load_table do less work
+  afterwards.
 """
 
 from __future__ import annotations
@@ -214,9 +215,14 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert len(format_health(list(summary.values()))) == len(summary) + 1
 
 
+#: how long maintenance runs again and again next to the live writer
+MAINTENANCE_SECONDS = 180
+
+
 def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_path: Path) -> None:
     """The real writer (trigger 1s) ingests files landing every second while compaction, manifest rewrite and
-    expiry run again and again on both of its tables: every hour reconciles, no writer commit fails."""
+    expiry run again and again on both of its tables for three minutes: every hour reconciles, no writer commit
+    fails."""
     from laketide.close.reconcile import reconcile
     from laketide.ingest import failures
     from tests.helpers import write_config
@@ -252,7 +258,7 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
         close_hours(config, *closed)
         records: list[MaintenanceRecord] = []
         most = 0
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + MAINTENANCE_SECONDS
         while time.monotonic() < deadline:
             most = max(most, *(file_counts(catalog.load_table(EVENTS)).get(h, 0) for h in closed))
             records += maintain(config, spark, f"{EVENTS},{REJECTS}",
@@ -521,59 +527,6 @@ def use_catalog(config: LaketideConfig, spark: Any) -> None:
             spark.conf.set(key, value)
 
 
-def build_history(config: LaketideConfig, spark: Any, commits: int, hours: list[datetime]) -> None:
-    """``commits`` small writer commits spread over ``hours``, fast: each adds one tiny data file (a real Parquet
-    file) and carries the writer's markers in its summary, like a micro-batch; they are real Iceberg commits made
-    with the Java API inside one transaction, so the catalog swap and the metadata file are written once instead
-    of ``commits`` times, and no Spark job runs (the history a writer leaves over days, without its micro-batches)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from laketide.ingest.landing import partition_key
-    from laketide.ingest.tables import ensure_tables
-    from laketide.lake.commits import (
-        BATCH_ID,
-        MAX_EVENT_TIME,
-        MIN_EVENT_TIME,
-        PARTITION_ROWS,
-        SOURCE_FILES,
-        WATERMARK,
-        WRITER_ID,
-    )
-
-    stream = config.stream("clicks")
-    use_catalog(config, spark)
-    ensure_tables(spark, config, stream)
-    table = load_catalog(config.catalog).load_table(EVENTS)
-    schema = table.schema().as_arrow()  # carries the Iceberg field ids
-    folder = Path(urlparse(table.metadata.location).path, "data", "history")
-    folder.mkdir(parents=True)
-    jvm = spark._jvm
-    jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, f"{config.catalog.name}.{EVENTS}")
-    spec = jtable.spec()
-    (field,) = [f.name() for f in spec.fields()]
-    txn = jtable.newTransaction()
-    for batch in range(commits):
-        hour = hours[batch * len(hours) // commits]
-        at = hour + timedelta(seconds=batch % 3600)
-        path = folder / f"{batch:05d}.parquet"
-        pq.write_table(pa.Table.from_pylist([{
-            "event_id": f"e{batch}", "event_time": at, "user_id": batch, "page": "/p", "_source_file": f"f{batch}",
-            "_batch_id": batch}], schema=schema), path)
-        data_file = (jvm.org.apache.iceberg.DataFiles.builder(spec).withPath(f"file:{path}")
-                     .withFileSizeInBytes(path.stat().st_size).withRecordCount(1).withFormat("PARQUET")
-                     .withPartitionPath(f"{field}={int(hour.timestamp()) // 3600}").build())
-        append = txn.newAppend().appendFile(data_file)  # merges manifests past 100, as Spark's appends do
-        for key, value in {WRITER_ID: stream.writer_id, BATCH_ID: str(batch), WATERMARK: at.isoformat(),
-                           MIN_EVENT_TIME: at.isoformat(), MAX_EVENT_TIME: at.isoformat(),
-                           PARTITION_ROWS: json.dumps({partition_key(hour): 1}),
-                           SOURCE_FILES: json.dumps([f"f{batch}"])}.items():
-            append.set(key, value)
-        append.commit()
-    txn.commitTransaction()
-
-
 def metadata_figures(config: LaketideConfig) -> dict[str, int]:
     """What a reader of the table's metadata pays for: the metadata file, snapshots, manifests."""
     from laketide.maintain.health import table_stats
@@ -610,29 +563,34 @@ METADATA_BOUND = 256 * 1024
 
 
 def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, tmp_path: Path) -> None:
-    """A thousand small commits: after one maintenance run (compaction of the closed hours, manifest rewrite, expiry
-    two days later) the metadata is back under fixed bounds that do not depend on the history's length (snapshots:
-    ``min_snapshots``; manifests: a few; the metadata file: ``METADATA_BOUND``); the writer's newest marker
-    survives; a first status check walks and pyiceberg ``load_table`` parses a fraction of what they did before,
-    and both take less time."""
+    """Two thousand small writer commits: after one maintenance run (compaction of the closed hours, manifest
+    rewrite, expiry two days later) the metadata is back under fixed bounds that do not depend on the history's
+    length (snapshots: ``min_snapshots``; manifests: a few; the metadata file: ``METADATA_BOUND``); the writer's
+    newest marker survives; a first status check walks and pyiceberg ``load_table`` parses a fraction of what
+    they did before, and both take less time."""
+    from laketide.dev.history import build_history
+    from laketide.ingest.tables import ensure_tables
     from laketide.maintain.health import due_by_threshold
     from tests.helpers import write_config
 
-    commits = 1000
+    commits = 2000
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=6)
     hours = [start + timedelta(hours=i) for i in range(4)]
     closed = hours[:3]
     config = load(with_catalog(write_config(tmp_path)))
     policy = config.maintenance.policy(EVENTS)
-    build_history(config, spark, commits, hours)
+    use_catalog(config, spark)
+    ensure_tables(spark, config, config.stream("clicks"))
+    build_history(config, spark, config.stream("clicks"), commits, hours)
     close_hours(config, *closed)
     before = metadata_figures(config)
     assert before["snapshots"] == commits
     assert before["metadata_bytes"] > METADATA_BOUND  # the history is long enough to matter
     walked_before, check_before, load_before = check_cost(config, hours[-1])
     assert walked_before == commits  # every commit is recent: a first check walks them all
-    # the threshold run sees it from metadata: 250 small files in each closed hour, more than max_small_files
-    assert due_by_threshold(config).get(EVENTS) == ["rewrite_data_files"]
+    # the threshold run sees it from metadata: 500 small files in each closed hour, more than max_small_files;
+    # one manifest per commit, more than max_manifests
+    assert due_by_threshold(config).get(EVENTS) == ["rewrite_data_files", "rewrite_manifests"]
 
     done = maintain(config, spark, EVENTS, "rewrite_data_files,rewrite_manifests,expire_snapshots",
                     now=datetime.now(UTC) + timedelta(days=2))

@@ -262,3 +262,16 @@ class IcebergJvm:
         return self.spark3util.loadIcebergTable(self.session, name)
 
 
+
+
+def direct_executor(spark: SparkSession) -> Any | None:
+    """An ``ExecutorService`` that runs each task in the calling thread: Guava's, as relocated inside Iceberg's
+    runtime jar; None when the jar has none (callers then keep Iceberg's worker pool). Only the simulated history
+    of ``laketide.dev.history`` uses it, and only for speed, so it is not in :data:`USED`: with Iceberg's worker
+    pool, each commit's manifest write waits in 10 ms polls for a task that takes far less."""
+    jvm, _ = gateway(spark)
+    try:
+        return jvm.org.apache.iceberg.relocated.com.google.common.util.concurrent.MoreExecutors \
+            .newDirectExecutorService()
+    except Exception:
+        return None
