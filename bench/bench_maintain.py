@@ -85,13 +85,11 @@ def bench_one(spark: Any, home: Path, batches: int, args: argparse.Namespace) ->
     """Build one history of ``batches`` commits in its own catalog, maintain it, measure before and after."""
     from laketide.dev.history import build_history
     from laketide.ingest.tables import ensure_tables
-    from laketide.lake.spark import spark_conf
+    from laketide.lake.spark import use_catalog
 
     home.mkdir(parents=True)
     config = load(write_config(home, catalog_name=f"bench{batches}"))
-    for key, value in spark_conf(config).items():  # this history's catalog, in the one session
-        if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
-            spark.conf.set(key, value)
+    use_catalog(spark, config)  # this history's catalog, in the one session
     stream = config.stream("clicks")
     ensure_tables(spark, config, stream)
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=args.hours + 2)

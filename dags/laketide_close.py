@@ -7,18 +7,21 @@ manual run with **start** and **end** closes that range of past hours ("close ra
 1. **plan**: the hours of the run: its data interval, or the range `[start, end)` (whole UTC hours, start
    before end, end not in the future, at most `close.max_range_hours` hours; a bad range fails here and changes
    nothing).
-2. **wait_for_partition**: a deferrable sensor decides the last of those hours from metadata alone (in the
+2. **decide_ready** (a range): the hours decided already, from the first one on (complete or empty), close at
+   once in **close_ready** (as close_hour below) while the rest of the range waits.
+3. **wait_for_partition**: a deferrable sensor decides the last of the hours from metadata alone (in the
    triggerer): *complete*, *empty* (a real quiet hour), *lagging* (landed files of the hour or earlier are not
    committed yet: keep waiting) or a *gap* (a live stream stalled: the task fails and the alert callback runs;
    nothing is closed). An hour checked before the stream's writer has committed anything waits for the writer.
-3. **decide**: the hours before it, checked in event-time order (they are decided once the last one is).
-4. **close_hour** (one mapped group per hour): **verify** (Great Expectations: audit count == lake + rejects,
+4. **decide**: the hours between, checked in event-time order (they are decided once the last one is).
+5. **close_hour** (one mapped group per hour): **verify** (Great Expectations: audit count == lake + rejects,
    unique event ids, required columns not null, event times inside the hour; a failure names the numbers and
    leaves the hour unclosed), then **close** (records the hour closed and emits an Asset event whose extra
    names the table and the partition: downstream DAGs schedule on it).
 
 Every run also looks for closed hours that received late rows (**find_reopened**): each is recorded as
-reopened, verified and closed again (**reclose**, one mapped task per hour), with a new Asset event.
+reopened, verified and closed again (**reclose**, one mapped task per hour), with a new Asset event; an hour the
+run closes itself is verified once, by the run.
 History: backfill this DAG (`airflow backfill create --dag-id laketide_close_<stream> --from-date ...
 --to-date ...`) or trigger it with start and end. Status: `python -m laketide.close.status` or the status table.
 """
@@ -112,12 +115,21 @@ for _stream in _config.streams:
         hours >> wait
 
         @task
-        def decide(keys: list[str], last: dict[str, Any], stream: str = _name) -> list[dict[str, Any]]:
+        def decide_ready(keys: list[str], stream: str = _name) -> list[dict[str, Any]]:
+            from laketide.close.closing import decided_prefix
+
+            config = airflow_config()
+            return [d.to_dict() for d in decided_prefix(config, config.stream(stream), keys)]
+
+        @task
+        def decide(keys: list[str], last: dict[str, Any], ready: list[dict[str, Any]],
+                   stream: str = _name) -> list[dict[str, Any]]:
             from laketide.close.closing import decide_range
             from laketide.close.results import PartitionEvent
 
             config = airflow_config()
-            decisions = decide_range(config, config.stream(stream), keys, PartitionEvent.from_dict(last))
+            decisions = decide_range(config, config.stream(stream), keys, PartitionEvent.from_dict(last),
+                                     closed=len(ready))
             return [d.to_dict() for d in decisions]
 
         @task(max_active_tis_per_dagrun=4)
@@ -147,11 +159,11 @@ for _stream in _config.streams:
             context["outlet_events"][asset].extra = closed.to_dict()
 
         @task
-        def find_reopened(stream: str = _name, **context: Any) -> list[str]:
+        def find_reopened(keys: list[str], stream: str = _name, **context: Any) -> list[str]:
             from laketide.close.closing import find_reopened as find
 
             config = airflow_config()
-            return find(config, config.stream(stream), context["run_id"])
+            return find(config, config.stream(stream), context["run_id"], closing=keys)
 
         @task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> None:
@@ -170,8 +182,10 @@ for _stream in _config.streams:
         def close_hour(decision: dict[str, Any]) -> None:
             close(verify(decision))
 
-        close_hour.expand(decision=decide(hours, wait.output))
-        reclose.expand(partition=find_reopened())
+        ready = decide_ready(hours)
+        close_hour.override(group_id="close_ready").expand(decision=ready)
+        close_hour.expand(decision=decide(hours, wait.output, ready))
+        reclose.expand(partition=find_reopened(hours))
     globals()[_dag.dag_id] = _dag
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ with DAG(
         "actions": Param(["default"], type="array", minItems=1, uniqueItems=True,
                          items={"type": "string", "enum": ["default", *MAINTENANCE_ACTIONS]}, title="Actions",
                          description="'default' (each table's policy) or the actions to run, in any order"),
-        "dry_run": Param(False, type="boolean", title="Dry run", description="plan and count, change nothing"),
+        "dry_run": Param(True, type="boolean", title="Dry run",
+                         description="plan and count, change nothing (the default: untick it to maintain)"),
     },
 ) as manual:
 

@@ -9,7 +9,8 @@ stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes wha
 Exit codes: 0 done, 2 bad arguments or configuration (or ``commit_path: internal`` on a Spark or Iceberg the
 internal commit path was not written for), 3 checkpoint and table disagree, 4 another writer of
 the stream is running, 5 this writer lost the stream to another one, 6 the catalog stayed unreachable,
-7 the Spark JVM died (e.g. out of memory). The process always exits once the writer is done: threads left
+7 the Spark JVM died (e.g. out of memory), 8 a disk the writer writes to is full; 1 anything else (an
+unexpected error: its traceback is in the log). The process always exits once the writer is done: threads left
 behind by a JVM that died must not keep it alive (Airflow would see a hung task).
 """
 
@@ -25,12 +26,14 @@ from laketide.errors import (
     CatalogUnavailableError,
     CheckpointMismatchError,
     ConfigError,
+    StorageFullError,
     WriterBusyError,
     WriterFencedError,
 )
 
 EXIT_CODES: dict[type[Exception], int] = {
     ConfigError: 2, CheckpointMismatchError: 3, WriterBusyError: 4, WriterFencedError: 5, CatalogUnavailableError: 6,
+    StorageFullError: 8,
 }
 
 

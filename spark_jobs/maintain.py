@@ -2,7 +2,7 @@
 
 Submitted by the ``laketide_maintain*`` DAGs through ``SparkSubmitOperator``; runnable by hand:
 
-    spark-submit spark_jobs/maintain.py --table all --actions default --dry-run
+    spark-submit spark_jobs/maintain.py --table all --actions default --dry-run false   (the default is a dry run)
 
 ``--table``: ``all`` or maintained tables (comma-separated); ``--actions``: ``default`` (each table's policy)
 or any of rewrite_data_files, rewrite_manifests, expire_snapshots, remove_orphan_files. Every action is
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--table", default="all", help="'all' or maintained tables, comma-separated")
     parser.add_argument("--actions", default="default", help="'default' or actions, comma-separated")
-    parser.add_argument("--dry-run", nargs="?", const="true", default="false", choices=["true", "false"],
-                        help="plan and count, change nothing")
+    parser.add_argument("--dry-run", nargs="?", const="true", default="true", choices=["true", "false"],
+                        help="plan and count, change nothing (the default: pass --dry-run false to maintain)")
     parser.add_argument("--run-id", default=None, help="recorded with every action (default: a new id)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

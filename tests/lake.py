@@ -1,6 +1,7 @@
 """A small real lake for the partition tests: four hours landed by the real producer, one of them quiet,
-with late and malformed lines, ingested by the real writer. Hours are placed around the real clock
-(commit times are real), and the tests move a controllable clock from there."""
+with late and malformed lines, ingested by the real writer. Hours are placed just before the real clock
+(commit times are real: no event is ahead of the writer's clock), and the tests move a controllable clock from
+there."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ LATENESS = "10m"
 class Lake:
     config_path: Path
     config: LaketideConfig
-    #: the landed hours: H-3, H-2 (quiet), H-1, H where H is the current real hour
+    #: the landed hours: H-4, H-3 (quiet), H-2, H-1 where H is the current real hour
     hours: list[datetime]
     #: when the writer's last commit happened (the table's current snapshot)
     written_at: datetime
@@ -48,7 +49,7 @@ def last_commit_time(config: LaketideConfig, table: str) -> datetime:
 
 def build_lake(home: Path) -> Lake:
     now_hour = current_hour()
-    start = now_hour - timedelta(hours=3)
+    start = now_hour - timedelta(hours=4)
     config_path = write_config(home, idle_window=IDLE, allowed_lateness=LATENESS, max_files_per_trigger=20)
     produce(config_path, "--start", start.isoformat(), "--hours", "4", "--events-per-hour", "600",
             "--events-per-file", "200", "--malformed-ratio", "0.02", "--late-ratio", "0.05", "--late-by", "8m",

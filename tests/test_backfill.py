@@ -3,8 +3,8 @@ process's Spark session; then the DAG with params as the trigger form sends them
 
 * every invalid param is refused before anything changes, with a clear message (SQL through a name too);
 * a dry run changes nothing; a backfill replaces exactly its hours (events and rejects) and reconciles; a
-  second backfill gives the same tables; each hour is recorded reopened with the action;
-* a backfill after rows were lost in an hour brings them back.
+  second backfill gives the same tables and, having changed nothing, reopens no hour;
+* a backfill after rows were lost in an hour brings them back; that hour is recorded reopened with the action.
 
 The tests of this module share one lake and run in order.
 """
@@ -148,12 +148,10 @@ def test_dry_run_then_backfill_twice_gives_the_same_tables(lake: tuple[Path, Any
     assert table_rows(config, EVENTS) == events and table_rows(config, REJECTS) == rejects
     assert assert_exactly_once(config_path) == counts
 
-    recorded = [r for r in history(config, "clicks") if r.partition == H[0]]
-    assert [r.state for r in recorded] == [State.REOPENED, State.REOPENED]
-    action = json.loads(recorded[-1].verification or "{}")["action"]
-    assert action["requested_by"] == "tester" and action["from_snapshot"] == first.to_snapshot
-    assert action["hours"][H[0].isoformat()]["rows_before"] == counts[H[0].isoformat()]
-    assert recorded[-1].snapshot_id == second.to_snapshot and recorded[-1].run_id == "test-run"
+    # both backfills re-wrote the hours as they were: no hour is reopened (a closed hour would stay closed)
+    assert not any(c.changed for c in (*first.hours.values(), *second.hours.values()))
+    assert history(config, "clicks") == []
+    assert "(unchanged: its state is kept)" in "\n".join(second.lines())
 
 
 def test_backfill_brings_back_lost_rows(lake: tuple[Path, Any]) -> None:
@@ -173,6 +171,13 @@ def test_backfill_brings_back_lost_rows(lake: tuple[Path, Any]) -> None:
     assert change.rows_before < change.rows_after == counts[H[1].isoformat()]
     assert table_rows(config, EVENTS) == events
     assert assert_exactly_once(config_path) == counts
+    # the hour it changed is recorded reopened, with the action
+    recorded = [r for r in history(config, "clicks") if r.partition == H[1]]
+    assert [r.state for r in recorded] == [State.REOPENED]
+    action = json.loads(recorded[-1].verification or "{}")["action"]
+    assert action["requested_by"] == "tester" and action["from_snapshot"] == outcome.from_snapshot
+    assert action["hours"][H[1].isoformat()]["rows_before"] == change.rows_before
+    assert recorded[-1].snapshot_id == outcome.to_snapshot and recorded[-1].run_id == "test-run"
 
 
 def test_a_crash_between_the_two_commits_is_repaired_by_running_again(lake: tuple[Path, Any],

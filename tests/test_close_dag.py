@@ -112,6 +112,10 @@ def test_late_rows_after_close_reopen_and_reclose(env: tuple[Lake, Any]) -> None
     audit, rows, rejects = lake_rows(lake)[lake.key(0)]
     assert rows == before[1] + 40 and audit == before[0] + 40
 
+    # a run that closes the hour itself (a close range over it) is not handed it again to re-close
+    from laketide.close.closing import find_reopened
+
+    assert find_reopened(lake.config, lake.stream, "probe", closing=[lake.key(0)]) == []
     # the next scheduled close (the quiet hour) also finds the reopened hour and closes it again
     run = close_run(dag, lake.hours[1])
     assert run.state == "success", task_states(run)

@@ -81,6 +81,12 @@ def test_sqlite_jdbc_uri_has_wal_and_busy_timeout(tmp_path: Path) -> None:
         ({"landing_path": "landing/clicks"}, "streams[clicks].landing_path: 'landing/clicks' is a relative path"),
         ({"min_event_time": "yesterday"}, "streams[clicks].min_event_time: 'yesterday' is not an ISO timestamp"),
         ({"min_event_time": "2000-01-01T00:00:00"}, "streams[clicks].min_event_time: '2000-01-01T00:00:00' has no UTC"),
+        # a lease the writer's loop (about once a second) cannot keep; clock skew and file age
+        ({"writer_lease": "1s"}, "streams[clicks].writer_lease: 1s is too short"),
+        ({"writer_lease": "4s"}, "use at least 5s"),
+        ({"max_clock_skew": "2d"}, "streams[clicks].max_clock_skew: 172800s is longer than max_future (86400s)"),
+        ({"max_clock_skew": 0}, "streams[clicks].max_clock_skew: must be a positive duration"),
+        ({"max_file_age": "10m"}, "streams[clicks].max_file_age: 600s is shorter than an hour"),
     ],
 )
 def test_bad_setting_names_the_key(tmp_path: Path, overrides: dict[str, object], named: str) -> None:

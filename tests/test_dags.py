@@ -85,7 +85,8 @@ def test_close_dag_closes_the_hour_that_just_ended(dagbag) -> None:  # type: ign
     from datetime import timedelta
 
     dag = dagbag.dags["laketide_close_clicks"]
-    assert {t.task_id for t in dag.tasks} == {"plan", "wait_for_partition", "decide", "close_hour.verify",
+    assert {t.task_id for t in dag.tasks} == {"plan", "decide_ready", "close_ready.verify", "close_ready.close",
+                                              "wait_for_partition", "decide", "close_hour.verify",
                                               "close_hour.close", "find_reopened", "reclose"}
     # the sensor waits for the last hour the plan names: the data interval's, unless the run was given a range
     assert dag.get_task("wait_for_partition").partition == "{{ ti.xcom_pull(task_ids='plan')[-1] }}"

@@ -28,3 +28,37 @@ def test_repeated_failures_of_one_batch_are_counted_then_cleared(tmp_path: Path,
     assert failures.read(stream) is not None
     failures.clear(stream, 8)
     assert failures.read(stream) is None
+
+
+def test_a_full_disk_is_its_own_exit_code(tmp_path: Path) -> None:
+    """A batch that fails with ENOSPC ends the writer with exit 8 and one line saying what to do (not exit 1 and a
+    traceback); the error Spark hands over is text, as from a real query."""
+    import sys
+
+    from laketide.errors import StorageFullError
+    from laketide.ingest.runner import _await
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "spark_jobs"))
+    from ingest_stream import EXIT_CODES
+
+    class Query:
+        def awaitTermination(self, timeout: int) -> bool:
+            raise RuntimeError("StreamingQueryException: [FOREACH_BATCH_USER_FUNCTION_ERROR] ...\n"
+                               "java.io.IOException: No space left on device\n\tat java.io.FileOutputStream...")
+
+    with pytest.raises(StorageFullError, match="disk the writer writes to is full") as raised:
+        _await(Query())  # type: ignore[arg-type]
+    assert EXIT_CODES[type(raised.value)] == 8
+
+
+def test_reconcile_names_a_bad_configuration_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import config_env
+
+    bad = tmp_path / "laketide.yaml"
+    bad.write_text("catalog: {uri: 'mysql://nope'}\n")
+    done = subprocess.run([sys.executable, "-m", "laketide.close.reconcile"], env=config_env(bad),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr

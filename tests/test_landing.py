@@ -335,3 +335,20 @@ def test_inspect_tells_files_changed_or_deleted_after_ingest(tmp_path: Path) -> 
     assert report.expected() == {P3: 2 + 5, P4: 1}
     assert landing.expected_counts(tmp_path, ingested) == report.expected()
     assert landing.expected_counts(tmp_path) == {P3: 2, P4: 1}
+
+
+def test_one_definition_of_a_line(tmp_path: Path) -> None:
+    """Blank means empty or only spaces and tabs (JSON's whitespace, as the writer's JSON reader finds no token in
+    it): a line of other control characters, a BOM or a NUL is a record (the writer rejects it), so inspection and
+    reconciliation count it; lines end at LF, CRLF or CR, and the last needs none."""
+    assert all(landing.is_blank(b) for b in (b"", b" ", b"\t", b" \t  "))
+    assert not any(landing.is_blank(b) for b in (b"\x0b", b"\x0c", b"\x00", b"\xef\xbb\xbf", b"\x1c", b"x"))
+    assert landing.split_lines(b"a\r\nb\rc\nd") == [b"a", b"b", b"c", b"d"]
+    with pytest.raises(ValueError, match="blank lines are not records"):
+        landing.publish(tmp_path, ["{}", " \t"], P3, "p", 0, "s")
+    path = landing.publish(tmp_path, ["\x0b", "\x0c", _event(P3)], P3, "p", 1, "s")  # 3 records: 2 are rejected
+    with open(path, "ab") as handle:
+        handle.write(b"\r\n \t\r" + _event(P3, 1).encode())  # blank lines, then a record without a newline
+    _audit(tmp_path, path.name, {P3: 4})
+    report = inspection.inspect(tmp_path, {}, event_time=T)
+    assert report.findings == [] and report.files[path.name].lines == 4

@@ -77,11 +77,7 @@ def close_hours(config: LaketideConfig, *hours: datetime) -> None:
 
 def maintain(config: LaketideConfig, spark: Any, tables: str, actions: str, dry_run: bool = False,
              now: datetime | None = None) -> list[MaintenanceRecord]:
-    from laketide.lake.spark import spark_conf
-
-    for key, value in spark_conf(config).items():  # this test's catalog, in the module's session
-        if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
-            spark.conf.set(key, value)
+    use_catalog(config, spark)  # this test's catalog, in the module's session
     request = plan.validate_request(config, tables, actions, dry_run)
     clock = (lambda: now) if now is not None else (lambda: datetime.now(UTC))
     return Maintainer(config, spark, f"test-{uuid.uuid4().hex[:6]}", now=clock).run(request)
@@ -343,7 +339,7 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
 
     manual = dagbag.dags["laketide_maintain"]
     assert manual.max_active_runs == 1
-    assert manual.params["table"] == "all" and manual.params["dry_run"] is False
+    assert manual.params["table"] == "all" and manual.params["dry_run"] is True
     after_close = dagbag.dags["laketide_maintain_after_close"]
     assert "iceberg://laketide/lake/clicks" in str(after_close.timetable.asset_condition)
     assert after_close.get_task("maintain").job_args[3] == "rewrite_data_files,rewrite_manifests"
@@ -520,11 +516,9 @@ def test_a_compaction_that_keeps_losing_gives_up_cleanly(tmp_path: Path, monkeyp
 
 def use_catalog(config: LaketideConfig, spark: Any) -> None:
     """Point the module's Spark session at this test's catalog."""
-    from laketide.lake.spark import spark_conf
+    from laketide.lake.spark import use_catalog as point
 
-    for key, value in spark_conf(config).items():
-        if key.startswith(f"spark.sql.catalog.{config.catalog.name}"):
-            spark.conf.set(key, value)
+    point(spark, config)
 
 
 def metadata_figures(config: LaketideConfig) -> dict[str, int]:

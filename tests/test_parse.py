@@ -14,6 +14,7 @@ from laketide.lake.internals import batch_files
 from tests.helpers import load, write_config
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
+TRAILING = "not one JSON object: something follows the object (one JSON object per line, nothing after it)"
 GOOD = '{"event_id":"a","event_time":"2026-11-22T03:15:07.123000+00:00","user_id":5,"page":"/h","action":null}'
 CASES = [
     (GOOD, None),
@@ -33,6 +34,21 @@ CASES = [
      "(ISO 8601, e.g. 2026-11-22T03:15:07.123Z)"),
     ('{"event_id":"j","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration_ms":1.5}',
      "field 'duration_ms' is not a valid long"),
+    # strict JSON Lines: one object per line, nothing after it but whitespace (Spark's reader reads the first)
+    (GOOD.replace('"a"', '"k"') + " xyz", TRAILING),
+    (GOOD.replace('"a"', '"l"') + "}", TRAILING),
+    (GOOD.replace('"a"', '"m"') + "\x00", TRAILING),
+    (GOOD.replace('"a"', '"n"') + GOOD, TRAILING),
+    (GOOD.replace('"a"', '"o"') + "," + GOOD, TRAILING),
+    (GOOD.replace('"a"', '"p"') + "] [{}", TRAILING),  # closes a wrapping array early
+    (GOOD.replace('"a"', '"q"') + "]}", TRAILING),
+    (GOOD.replace('"a"', '"r"') + " \t ", None),  # JSON whitespace after the object is fine
+    (GOOD.replace('"a"', '"s"')[:-1] + ',"extra":{"b":"}{","c":[1,{"d":"]"}]}}', None),  # braces in strings, nested
+    ("\ufeff" + GOOD.replace('"a"', '"t"'), "starts with a byte order mark (U+FEFF): write UTF-8 without a BOM"),
+    # a line of control characters is a record (rejected), not a blank line: only spaces and tabs are blank
+    ("\x0b", "malformed JSON"),
+    ("\x0c", "malformed JSON"),
+    ("\x00", "malformed JSON"),
 ]
 
 
@@ -48,7 +64,7 @@ def stream(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_every_bad_line_gets_one_reason(spark, stream) -> None:  # type: ignore[no-untyped-def]
-    lines = [*CASES, ("   ", "blank")]
+    lines = [*CASES, ("   ", "blank"), ("\t \t", "blank")]
     df = landed(spark, [line for line, _ in lines])
     rows = parse_lines(df, stream).collect()
     assert len(rows) == len(CASES)  # the blank line is not a record
@@ -60,6 +76,8 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     """The staged write gets one row per line: valid events, and rejects with a null event time (the null
     hour partition the writer counts as rejects and never publishes); a blank line's row has no source file,
     so it is not counted; the rejects pass finds the same lines."""
+    from pyspark.sql import functions as F
+
     df = landed(spark, [line for line, _ in CASES] + ["  "])
     validator = Validator(stream)
     staged = validator.staged_rows(df, batch_id=7).collect()
@@ -67,14 +85,18 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     counted = [r for r in staged if r["event_time"] is None and r["_source_file"] is not None]
     bad = rejected_rows(parse_lines(df, stream), stream, 7, NOW).collect()
     assert len(staged) == len(CASES) + 1 and len(counted) == len(bad) == len(CASES) - len(good)
-    assert [g["event_id"] for g in good] == ["a"]
+    assert [g["event_id"] for g in good] == ["a", "r", "s"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
     assert {b["reason"] for b in bad} == {why for _, why in CASES if why}
-    # the event hour is kept for rejects whose event time could be read (reconciliation uses it)
-    by_raw = {b["raw"]: b for b in bad}
-    assert by_raw[CASES[1][0]]["event_hour"] is not None
-    assert by_raw["garbage"]["event_hour"] is None
+    # a reject's hour is its landing file's (the contract's file hour), whatever its event time says: from the
+    # file's name, else from its audit record ('f.jsonl' names none, and no audit record is given here)
+    assert {b["event_hour"] for b in bad} == {None}
+    named = df.withColumn("_source_file", F.lit("20261122T03-p-00000001-0123abcd.jsonl"))
+    in_hour = rejected_rows(parse_lines(named, stream), stream, 7, NOW).collect()
+    assert {b["event_hour"].astimezone(UTC) for b in in_hour} == {datetime(2026, 11, 22, 3, tzinfo=UTC)}
+    by_audit = rejected_rows(parse_lines(df, stream), stream, 7, NOW, {"f.jsonl": "2026-11-22T04:00:00+00:00"})
+    assert {b["event_hour"].astimezone(UTC) for b in by_audit.collect()} == {datetime(2026, 11, 22, 4, tzinfo=UTC)}
 
 
 def test_staged_columns_follow_the_input_columns(spark, stream) -> None:  # type: ignore[no-untyped-def]

@@ -74,6 +74,39 @@ def test_complete_as_soon_as_the_watermark_passes_and_nothing_waits() -> None:
     assert classify(stream(), P, cursor, due, Backlog(later=3))[0] == State.COMPLETE
 
 
+def test_a_live_hour_is_not_declared_before_the_wall_clock_passed_end_plus_lateness() -> None:
+    """Whatever the event times say: a watermark far ahead (a producer's fast clock) declares nothing early for a
+    live stream; a replay (live: false) still closes by event time; a producer ahead is named."""
+    due = P + timedelta(hours=1, minutes=10)
+    at = ms(P + timedelta(minutes=20))
+    ahead = Cursor(KEY, snapshot_id=1, last_commit_ms=at, watermark=(P + timedelta(hours=3)).isoformat(),
+                   watermark_since_ms=at, rows=10, last_added_ms=at,
+                   ahead={"fast": (P + timedelta(hours=3)).isoformat()})
+    for now in (P + timedelta(minutes=21), due - timedelta(seconds=1)):
+        state, reason = classify(stream(), P, ahead, now)
+        assert state == State.OPEN and "wall clock has passed its end + allowed_lateness too" in reason, reason
+        assert "producer clock ahead: fast (events up to 2026-11-22T06:00:00+00:00)" in reason
+    assert classify(stream(), P, ahead, due)[0] == State.COMPLETE
+    assert classify(stream(live=False), P, ahead, P + timedelta(minutes=21))[0] == State.COMPLETE
+
+
+def test_the_watermark_is_capped_at_the_writers_clock() -> None:
+    from laketide.ingest.summary import ahead_of_clock, watermark_after
+
+    now, skew = P + timedelta(minutes=20), timedelta(minutes=5)
+    capped = watermark_after("2026-11-22T03:10:00+00:00", P + timedelta(hours=3), now, skew)
+    assert capped == (now + skew).isoformat()
+    # a replay's old events are never capped, and the watermark never goes down
+    assert watermark_after(None, P - timedelta(days=30), now, skew) == (P - timedelta(days=30)).isoformat()
+    assert watermark_after(capped, P, now, skew) == capped and watermark_after(capped, None, now, skew) == capped
+    latest = {"20261122T06-fast-00000001-0123abcd.jsonl": P + timedelta(hours=3),
+              "20261122T06-fast-00000002-0123abcd.jsonl": P + timedelta(hours=3, minutes=1),
+              "20261122T03-ok-00000001-0123abcd.jsonl": now + timedelta(minutes=4),
+              "odd.jsonl": now + timedelta(hours=1)}
+    assert ahead_of_clock(latest, now, skew) == {"fast": "2026-11-22T06:01:00+00:00",
+                                                 "odd.jsonl": "2026-11-22T04:20:00+00:00"}
+
+
 def test_empty_when_the_watermark_passed_and_no_rows() -> None:
     due = P + timedelta(hours=1, minutes=10)
     state, _ = classify(stream(), P, seen(due + timedelta(minutes=30), 0, last_commit=due), due + timedelta(minutes=31))
@@ -360,6 +393,12 @@ def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytes
     # source position, finds it pending)
     skipped = landed("skipped.jsonl", 500 * minute + 5)
     assert uncommitted(object(), stream(), sorted([*everything, skipped], key=lambda f: f.mtime_ms)) == []
+    seen_ids.clear()
+    # ... unless it landed after the newest commit (a copy that kept an old modification time: cp -p): no commit
+    # can hold it, it is pending until one names it (the writer refreshes its time and ingests it)
+    copied = Landed("copied.jsonl", 1, 500 * minute + 5, 1005 * minute, None)
+    assert uncommitted(object(), stream(), sorted([*everything, copied], key=lambda f: f.mtime_ms)) == [copied]
+    assert seen_ids == [99]
     seen_ids.clear()
     # commits that did not record modification times (older writers): the walk stops at the first commit older
     # than the file (less the clock skew): none older can hold it

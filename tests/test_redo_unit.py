@@ -165,3 +165,19 @@ def test_checkpoint_rebuilt_at_a_position(tmp_path: Path) -> None:
     (backup / "offsets" / "1").write_text("v2\n{}")
     with pytest.raises(CheckpointFormatError, match="expected 'v1'"):
         checkpoint.build(backup, tmp_path / "x", 3, position, data)
+
+
+def test_every_manual_action_defaults_to_a_dry_run(tmp_path: Path) -> None:
+    """Backfill and repair by hand, like their DAG forms and the redo job: a dry run unless told otherwise."""
+    from laketide.redo import cli
+    from laketide.redo.overwrite import validate_request
+    from tests.helpers import load, write_config
+
+    for kind in ("backfill", "repair"):
+        given = ["--stream", "clicks", "--start", "2026-11-22T03:00:00+00:00", "--end", "2026-11-22T04:00:00+00:00"]
+        assert cli.arguments(kind, given).dry_run == "true"
+        assert cli.arguments(kind, [*given, "--dry-run"]).dry_run == "true"
+        assert cli.arguments(kind, [*given, "--dry-run", "false"]).dry_run == "false"
+    config = load(write_config(tmp_path))
+    hours = ("2026-11-22T03:00:00+00:00", "2026-11-22T04:00:00+00:00")
+    assert validate_request(config, "repair", "clicks", *hours).dry_run

@@ -113,6 +113,10 @@ def test_dry_run_then_repair_twice(lake: tuple[Path, Any]) -> None:
 
     done = run(config, spark)
     assert done.committed and done.hours[H[0].isoformat()].rows_after == duplicated
+    # the rejects of each hour are reported as they are (a repair leaves them), not as 0 -> 0
+    rejects_before = {p.partition: p.rejects for p in reconcile(config, stream).partitions}
+    for hour, change in done.hours.items():
+        assert change.rejects_before == change.rejects_after == rejects_before[hour] > 0, (hour, change)
     report = reconcile(config, stream)
     assert report.duplicate_ids == {} and report.ok, report
     assert {p.partition: p.duplicates for p in report.partitions if p.duplicates} == {H[0].isoformat(): duplicated}
@@ -131,11 +135,21 @@ def test_dry_run_then_repair_twice(lake: tuple[Path, Any]) -> None:
     assert not again.committed and "nothing to repair" in again.notes[0]
     assert metadata(config) == after_meta and table_rows(config, EVENTS) == after_rows
 
-    recorded = history(config, "clicks")
-    assert {r.partition for r in recorded} == {H[0], H[1]} and {r.state for r in recorded} == {State.REOPENED}
+    recorded = history(config, "clicks")  # the hour it changed is reopened; the other one kept its state
+    assert {r.partition for r in recorded} == {H[0]} and {r.state for r in recorded} == {State.REOPENED}
     action = json.loads(recorded[0].verification or "{}")["action"]
     assert action["action"] == "repair" and action["requested_by"] == "tester"
     assert action["from_snapshot"] == done.from_snapshot and action["to_snapshot"] == done.to_snapshot
+
+    # its re-close records arithmetic that adds up: the duplicates removed are in it
+    from laketide.close.closing import close, verify
+
+    closed = close(config, stream, verify(config, stream, H[0], "test-close"), "test-close")
+    record = history(config, "clicks", H[0])[-1]
+    assert record.state == State.CLOSED and closed.rows == duplicated
+    assert record.reason == f"verified: audit {record.audit} == lake {duplicated} + rejects {record.rejects} + " \
+                            f"duplicates removed {duplicated}", record.reason
+    assert record.audit == 2 * duplicated + (record.rejects or 0)
 
 
 def test_repair_dag_with_params_as_the_form_sends_them(lake: tuple[Path, Any], airflow_db: Path) -> None:

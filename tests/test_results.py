@@ -38,11 +38,23 @@ def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) 
     verification = Verification(stream="clicks", partition=HOUR, success=True, audit=10, lake=8, rejects=2,
                                 pending_files=0, snapshot_id=42, failures=[], results_path=tmp_path / "r.json")
     verified = VerifiedPartition.from_verification(verification)
-    assert verified.to_dict() == {"partition": KEY, "audit": 10, "lake": 8, "rejects": 2, "snapshot_id": 42,
-                                  "results": str(tmp_path / "r.json")}
+    assert verified.to_dict() == {"partition": KEY, "audit": 10, "lake": 8, "rejects": 2, "duplicates": 0,
+                                  "snapshot_id": 42, "results": str(tmp_path / "r.json")}
     assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
     closed = ClosedPartition.of(stream, verified)
     assert closed.to_dict() == {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8,
                                 "rejects": 2, "snapshot_id": 42}
     assert ClosedPartition.from_dict(json.loads(json.dumps(closed.to_dict()))) == closed
+
+
+def test_the_arithmetic_of_a_close_names_every_term() -> None:
+    from laketide.close.results import balance
+
+    assert balance(146, 71, 4, 71) == "audit 146 == lake 71 + rejects 4 + duplicates removed 71"
+    assert balance(10, 6, 4) == "audit 10 == lake 6 + rejects 4"
+    assert balance(10, 5, 4) == "audit 10 != lake 5 + rejects 4 (missing 1)"
+    assert balance(10, 8, 4, 1) == "audit 10 != lake 8 + rejects 4 + duplicates removed 1 (3 more than reported)"
+    verified = VerifiedPartition("2026-11-22T03:00:00+00:00", 146, 71, 4, 1, "r.json", 71)
+    assert verified.balance() == "audit 146 == lake 71 + rejects 4 + duplicates removed 71"
+    assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified

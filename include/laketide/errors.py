@@ -39,6 +39,15 @@ class CatalogUnavailableError(LaketideError):
     """The catalog stayed unreachable or busy for longer than ``catalog.retry_timeout``."""
 
 
+class StorageFullError(LaketideError):
+    """The writer could not write its files: the disk (warehouse, checkpoint or temporary folder) is full."""
+
+
+class MainMovedError(LaketideError):
+    """``main`` moved between the public commit path's staging write and its fast-forward: publish again (after
+    a fence check)."""
+
+
 # ---------------------------------------------------------------- lake
 
 

@@ -1,6 +1,7 @@
 """The close of one partition, as plain functions the close DAG's tasks call.
 
 :func:`close_range` (the hours a run closes: its data interval, or a validated range)
+-> :func:`decided_prefix` (the hours decided now, from the first: they close at once)
 -> sensor outcome (complete | empty) of the last of them -> :func:`decide_range` (the others, in event-time order)
 -> :func:`verify` per hour (Great Expectations; records verified or failed)
 -> :func:`close` per hour (records closed; the caller emits the Asset event with :func:`close_extra`).
@@ -11,6 +12,7 @@ reopened) and the partition goes through verify and close again.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 
 from laketide.close.partitions import State, check_partitions, partition_rows
@@ -69,20 +71,34 @@ def close_range(start: str | None, end: str | None, now: datetime, max_hours: in
     return [first + i * HOUR for i in range(count)]
 
 
+def decided_prefix(config: LaketideConfig, stream: StreamConfig, hours: list[str],
+                   now: datetime | None = None) -> list[PartitionEvent]:
+    """The hours of a run that can close at once: the longest run of complete or empty hours from its first one,
+    checked now from metadata, the last hour excepted (the sensor waits for it). A replay's close range closes
+    the hours it has decided while its undecided tail waits."""
+    ready: list[PartitionEvent] = []
+    for status in check_partitions(config, stream, [parse_hour(key) for key in hours[:-1]], now):
+        if status.state not in (State.COMPLETE, State.EMPTY):
+            break
+        ready.append(PartitionEvent.from_status(status))
+    return ready
+
+
 def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str], last: PartitionEvent,
-                 now: datetime | None = None) -> list[PartitionEvent]:
-    """The decision of every hour of a run, oldest first: ``last`` is the sensor's for the last hour, the others
-    are checked now from metadata (together: :func:`laketide.close.partitions.check_partitions`).
+                 now: datetime | None = None, closed: int = 0) -> list[PartitionEvent]:
+    """The decision of every hour of a run not closed yet, oldest first: ``last`` is the sensor's for the last
+    hour, the others (after the ``closed`` first ones, :func:`decided_prefix`) are checked now from metadata
+    (together: :func:`laketide.close.partitions.check_partitions`).
 
     Once the last hour is complete or empty every earlier one is too (its watermark or its idle, committed input
     covers them, and no backlog of the last hour or earlier means none of theirs): an hour that is not, e.g. a
-    file of it landed since, fails the run before anything is recorded.
+    file of it landed since, fails the run before anything more is recorded.
 
     :raises RangeNotDecided: naming each such hour with its state and reason
     """
     decisions: list[PartitionEvent] = []
     undecided: list[str] = []
-    for status in check_partitions(config, stream, [parse_hour(key) for key in hours[:-1]], now):
+    for status in check_partitions(config, stream, [parse_hour(key) for key in hours[closed:-1]], now):
         key = partition_key(status.partition)
         if status.state in (State.COMPLETE, State.EMPTY):
             decisions.append(PartitionEvent.from_status(status))
@@ -90,7 +106,7 @@ def decide_range(config: LaketideConfig, stream: StreamConfig, hours: list[str],
             undecided.append(f"{key} is {status.state}: {status.reason}")
     if undecided:
         raise RangeNotDecided(f"{len(undecided)} hour(s) of {stream.name} before {hours[-1]} (which is "
-                              f"{last.state}) are not decided; nothing recorded: " + "; ".join(undecided))
+                              f"{last.state}) are not decided; nothing more recorded: " + "; ".join(undecided))
     return [*decisions, last]
 
 
@@ -133,18 +149,20 @@ def close(config: LaketideConfig, stream: StreamConfig, verified: VerifiedPartit
     record(config, StatusRecord(
         stream.name, partition, State.CLOSED, rows=verified.lake, rejects=verified.rejects,
         audit=verified.audit, snapshot_id=verified.snapshot_id,
-        verification=json.dumps({"success": True, "results": verified.results}),
-        reason=f"verified: audit {verified.audit} == lake {verified.lake} + rejects {verified.rejects}",
+        verification=json.dumps({"success": True, "duplicates": verified.duplicates, "results": verified.results}),
+        reason=f"verified: {verified.balance()}",
         run_id=run_id,
     ))
     return ClosedPartition.of(stream, verified)
 
 
-def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | None = None) -> list[str]:
+def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | None = None,
+                  closing: Iterable[str] = ()) -> list[str]:
     """Closed partitions whose row count changed since their close (late rows): record them reopened.
 
     Row counts come from the partitions metadata table (manifests, not data files). A reopened partition
-    whose re-close has not succeeded yet is returned again, until it closes.
+    whose re-close has not succeeded yet is returned again, until it closes. The hours in ``closing`` (those the
+    calling run closes itself) are recorded but not returned: each hour is verified once per run.
     """
     records = history(config, stream.name)
     if not any(r.state == State.CLOSED for r in records):
@@ -170,4 +188,5 @@ def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | No
             pending.add(partition)
     if reopened:
         record(config, *reopened)
-    return [partition_key(p) for p in sorted(pending | {r.partition for r in reopened})]
+    skip = set(closing)
+    return [key for p in sorted(pending | {r.partition for r in reopened}) if (key := partition_key(p)) not in skip]

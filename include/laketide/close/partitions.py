@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -20,7 +20,7 @@ from laketide.errors import TableNotFoundError
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.ingest.landing import HOUR, from_epoch_hours, hour_start, partition_key
 from laketide.lake.catalog import load_catalog
-from laketide.lake.commits import PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
+from laketide.lake.commits import AHEAD_OF_CLOCK, PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
 from laketide.lake.snapshots import Snap, lineage
 
 
@@ -62,6 +62,9 @@ class Cursor:
     #: rows the writer added to the partition, and the newest commit that added some
     rows: int = 0
     last_added_ms: int | None = None
+    #: producers whose events ran ahead of the writer's clock by more than max_clock_skew (their files' names),
+    #: with the latest such event time seen (``laketide.ahead-of-clock`` of the commits read)
+    ahead: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,6 +135,9 @@ def advance_all(cursors: Sequence[Cursor], commits: list[Snap], writer_id: str) 
                 rows[key] += int(count)
                 added_ms[key] = snap.timestamp_ms
         watermark = summary.get(WATERMARK)
+        ahead = dict(shared.ahead)
+        for producer, latest in json.loads(summary.get(AHEAD_OF_CLOCK) or "{}").items():
+            ahead[producer] = max(ahead.get(producer, latest), latest)
         shared = replace(
             shared,
             snapshot_id=snap.snapshot_id,
@@ -139,10 +145,11 @@ def advance_all(cursors: Sequence[Cursor], commits: list[Snap], writer_id: str) 
             watermark=watermark,
             watermark_since_ms=(shared.watermark_since_ms if watermark == shared.watermark and shared.last_commit_ms
                                 is not None else snap.timestamp_ms),
+            ahead=ahead,
         )
     return [replace(c, snapshot_id=shared.snapshot_id, last_commit_ms=shared.last_commit_ms,
                     watermark=shared.watermark, watermark_since_ms=shared.watermark_since_ms,
-                    rows=rows[c.partition], last_added_ms=added_ms[c.partition]) for c in cursors]
+                    rows=rows[c.partition], last_added_ms=added_ms[c.partition], ahead=shared.ahead) for c in cursors]
 
 
 def enough_history(stream: StreamConfig, partition: datetime, now: datetime) -> Callable[[Snap], bool]:
@@ -205,35 +212,40 @@ def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> 
 
     The walk goes back from the current snapshot only as far as the files need. Spark's file source takes the
     oldest files first (by modification time), so a file older than every file the walked commits took was taken
-    before them and is not looked for; and a commit older than a file cannot hold it, so the walk stops once every
-    file still looked for is newer than the commit reached (less :data:`CLOCK_SKEW`). A file that reached
-    ``data/`` after newer ones were committed, with an older modification time, is counted as committed here;
-    the close's verification (which compares every source position) still finds it pending.
+    before them and is not looked for, unless it landed in ``data/`` (its status-change time) after the newest
+    commit: a copy that kept an old modification time (``cp -p``), which the writer refreshes and ingests
+    (``laketide.ingest.late_files``), is pending until a commit names it. And a commit older than a file's landing
+    cannot hold it, so the walk stops once every file still looked for landed after the commit reached (less
+    :data:`CLOCK_SKEW`).
     """
     if not files:
         return []
     times = [f.mtime_ms for f in files]
     found: set[str] = set()
     oldest_taken: int | None = None
+    newest_commit: int | None = None
     left: list[Landed] = list(files)
     skew = _ms_delta(CLOCK_SKEW)
 
     def stop(snap: Snap) -> bool:
-        nonlocal oldest_taken, left
+        nonlocal oldest_taken, newest_commit, left
         if snap.summary.get(WRITER_ID) == stream.writer_id:
+            newest_commit = snap.timestamp_ms if newest_commit is None else newest_commit
             for name, stat in source_position(snap.summary).items():
                 found.add(name)
                 if stat is not None and (oldest_taken is None or stat.mtime_ms < oldest_taken):
                     oldest_taken = stat.mtime_ms
         first = 0 if oldest_taken is None else bisect_left(times, oldest_taken)
-        left = [f for f in files[first:] if f.name not in found]
-        return not left or snap.timestamp_ms < left[0].mtime_ms - skew
+        landed_since = [] if newest_commit is None else [f for f in files[:first]
+                                                          if f.landed_ms > newest_commit - skew]
+        left = [f for f in (*landed_since, *files[first:]) if f.name not in found]
+        return not left or snap.timestamp_ms < min(f.landed_ms for f in left) - skew
 
     try:
         lineage(catalog, stream.table, stop)
     except TableNotFoundError:
         return list(files)
-    return left
+    return sorted(left, key=lambda f: (f.mtime_ms, f.name))
 
 
 def backlog(files: Sequence[Landed], pending: Sequence[Landed], partition: datetime) -> Backlog:
@@ -260,13 +272,26 @@ def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datet
     landing zone (``landing``; None: nothing landed that is not committed).
 
     Completeness is an event-time question: the watermark passed the hour's end + lateness and nothing of the
-    hour or older waits in the landing zone. Lagging and gap are processing-time questions, asked of ``now``:
-    files waiting to be committed are a backlog (lagging); an input with no file landed and no commit for the
-    idle window, once the hour is due, is a gap for a live stream, and for a stream that replays history
-    (``live: false``) the end of its input, which closes the hours its watermark reached.
+    hour or older waits in the landing zone. For a live stream the wall clock must have passed the hour's end +
+    lateness too, whatever the event times say (the watermark itself never runs further ahead of the writer's
+    clock than ``max_clock_skew``: see ``laketide.ingest.summary.watermark_after``). Lagging and gap are
+    processing-time questions, asked of ``now``: files waiting to be committed are a backlog (lagging); an input
+    with no file landed and no commit for the idle window, once the hour is due, is a gap for a live stream, and
+    for a stream that replays history (``live: false``) the end of its input, which closes the hours its
+    watermark reached. Producers whose events ran ahead of the writer's clock are named in the reason.
     ``now`` is a parameter so that tests control the clock.
     """
-    landing = landing or Backlog()
+    state, reason = _classify(stream, partition, seen, now, landing or Backlog())
+    if seen.ahead:
+        named = ", ".join(f"{p} (events up to {t})" for p, t in sorted(seen.ahead.items()))
+        reason += (f". Note: producer clock ahead: {named} ran more than max_clock_skew "
+                   f"({stream.max_clock_skew}) ahead of the writer's clock; their rows are kept, they do not move "
+                   "the watermark past the clock: fix those producers' clocks")
+    return state, reason
+
+
+def _classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datetime,
+              landing: Backlog) -> tuple[State, str]:
     due = partition + HOUR + stream.allowed_lateness
     idle = stream.idle_window
     if seen.last_commit_ms is None:
@@ -280,11 +305,15 @@ def classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: datet
                                f"yet ({landing.pending[0]}{more}); nothing is declared until the writer has "
                                f"committed them (last commit {_at(seen.last_commit_ms)})")
     watermark = datetime.fromisoformat(seen.watermark) if seen.watermark is not None else None
-    if watermark is not None and watermark >= due:
-        return _closed(seen, f"watermark {seen.watermark} passed {due.isoformat()} and nothing of the hour or "
-                             "earlier waits in the landing zone")
     waiting = (f"waiting for the watermark ({seen.watermark}) to pass {due.isoformat()}" if watermark is not None
                else "the writer has committed no valid event yet")
+    if watermark is not None and watermark >= due:
+        if stream.live and now < due:
+            return State.OPEN, (f"the watermark {seen.watermark} passed {due.isoformat()}, but a live stream's hour "
+                                "is declared only once the wall clock has passed its end + allowed_lateness too, "
+                                "whatever the event times say")
+        return _closed(seen, f"watermark {seen.watermark} passed {due.isoformat()} and nothing of the hour or "
+                             "earlier waits in the landing zone")
     if now < due:
         return State.OPEN, waiting
     # the hour is due by the wall clock, its watermark has not passed: is the input idle?

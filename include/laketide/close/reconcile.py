@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig, get_config
+from laketide.errors import LaketideError
 from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
 from laketide.ingest.landing import FileStat, partition_key, read_audits
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import duplicates_removed, ingested_files
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[s
     """Rows per partition of the events table, event ids seen more than once, and the source files."""
     import pyarrow.compute as pc
 
-    table = load_catalog(config.catalog).load_table(stream.table)
+    table = load_stream_table(config, stream.table, stream)
     fields = (stream.event_id_field, stream.event_time_field, "_source_file")
     data = table.scan(selected_fields=fields).to_arrow()
     hours = pc.floor_temporal(data[stream.event_time_field], unit="hour")
@@ -134,15 +135,15 @@ def lineage_summaries(table: Table, snapshot_id: int | None = None) -> list[dict
 def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
     """Compare, per partition, the expected counts (``inspection.Inspection.expected``) with both tables, and
     report every landing file that is neither ingested nor pending, by name with its reason."""
-    catalog = load_catalog(config.catalog)
     lake, duplicates, lake_files = lake_counts(config, stream)
-    ingested = source_positions(catalog.load_table(stream.table))
-    rejects_table = catalog.load_table(stream.rejects_table)
+    events_table = load_stream_table(config, stream.table, stream)
+    ingested = source_positions(events_table)
+    rejects_table = load_stream_table(config, stream.rejects_table, stream)
     rejects, reject_files = reject_counts(rejects_table, read_audits(stream.landing_path, hidden=True))
     for name in (lake_files | reject_files) - {None}:
         ingested.setdefault(name, None)
     landed = inspect(stream.landing_path, ingested, event_time=event_time(stream))
-    removed = duplicates_removed(lineage_summaries(catalog.load_table(stream.table)))
+    removed = duplicates_removed(lineage_summaries(events_table))
     return report_of(landed, lake, rejects, duplicates, removed)
 
 
@@ -167,11 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream", help="stream name (default: every configured stream)")
     args = parser.parse_args(argv)
-    config = get_config()
-    streams = [config.stream(args.stream)] if args.stream else config.streams
+    try:
+        config = get_config()
+        streams = [config.stream(args.stream)] if args.stream else config.streams
+    except LaketideError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     ok = True
     for stream in streams:
-        report = reconcile(config, stream)
+        try:
+            report = reconcile(config, stream)
+        except LaketideError as exc:
+            print(f"error: stream {stream.name}: {exc}", file=sys.stderr)
+            return 2
         print(f"stream {stream.name}: {stream.table} + {stream.rejects_table} vs audit records")
         print(f"  {'partition':<27} {'audit':>8} {'lake':>8} {'rejects':>8}  status")
         for p in report.partitions:

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     from laketide.config import StreamConfig
 
 
+def balance(audit: int, lake: int, rejects: int, duplicates: int = 0) -> str:
+    """The count arithmetic of a partition as one phrase: ``audit 146 == lake 71 + rejects 4 + duplicates removed
+    71`` (with ``!=`` and what is missing or extra when it does not add up)."""
+    dups = f" + duplicates removed {duplicates}" if duplicates else ""
+    missing = audit - lake - rejects - duplicates
+    if missing == 0:
+        return f"audit {audit} == lake {lake} + rejects {rejects}{dups}"
+    diff = f"missing {missing}" if missing > 0 else f"{-missing} more than reported"
+    return f"audit {audit} != lake {lake} + rejects {rejects}{dups} ({diff})"
+
+
 @dataclass(frozen=True)
 class PartitionEvent:
     """What the partition-completion trigger fires and the sensor pushes: one check's outcome about a partition.
@@ -84,23 +95,30 @@ class VerifiedPartition:
     snapshot_id: int | None
     #: where the full Great Expectations result was saved
     results: str
+    #: rows removed or dropped as duplicate event ids (repair, ``dedupe_on_write``): the audit still counts them
+    duplicates: int = 0
 
     @classmethod
     def from_verification(cls, verification: Verification) -> VerifiedPartition:
         from laketide.ingest.landing import partition_key
 
         return cls(partition_key(verification.partition), verification.audit, verification.lake,
-                   verification.rejects, verification.snapshot_id, str(verification.results_path))
+                   verification.rejects, verification.snapshot_id, str(verification.results_path),
+                   verification.duplicates)
+
+    def balance(self) -> str:
+        """The verified arithmetic, e.g. ``audit 146 == lake 71 + rejects 4 + duplicates removed 71``."""
+        return balance(self.audit, self.lake, self.rejects, self.duplicates)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``verify`` task's XCom."""
         return {"partition": self.partition, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
-                "snapshot_id": self.snapshot_id, "results": self.results}
+                "duplicates": self.duplicates, "snapshot_id": self.snapshot_id, "results": self.results}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifiedPartition:
         return cls(str(data["partition"]), int(data["audit"]), int(data["lake"]), int(data["rejects"]),
-                   data.get("snapshot_id"), str(data["results"]))
+                   data.get("snapshot_id"), str(data["results"]), int(data.get("duplicates") or 0))
 
 
 @dataclass(frozen=True)

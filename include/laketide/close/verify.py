@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laketide.close.reconcile import event_time, lineage_summaries, reject_counts, source_positions
+from laketide.close.results import balance
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
 from laketide.ingest.inspection import inspect
 from laketide.ingest.landing import HOUR, hour_start, partition_key, read_audits
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import duplicates_removed
 
 if TYPE_CHECKING:
@@ -78,11 +79,7 @@ class Verification:
         return self.audit - self.lake - self.rejects - self.duplicates
 
     def _balance(self) -> str:
-        dups = f" + duplicates removed {self.duplicates}" if self.duplicates else ""
-        if self.missing == 0:
-            return f"audit {self.audit} == lake {self.lake} + rejects {self.rejects}{dups}"
-        diff = f"missing {self.missing}" if self.missing > 0 else f"{-self.missing} more than reported"
-        return f"audit {self.audit} != lake {self.lake} + rejects {self.rejects}{dups} ({diff})"
+        return balance(self.audit, self.lake, self.rejects, self.duplicates)
 
     def message(self) -> str:
         """One line for logs, alerts and the status record's reason; the numbers are always in it."""
@@ -106,19 +103,6 @@ class Verification:
             "snapshot_id": self.snapshot_id,
             "failures": self.failures, "findings": self.findings, "results": str(self.results_path),
         }, separators=(",", ":"))
-
-
-def _load(config: LaketideConfig, name: str, stream: StreamConfig) -> Table:
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-    try:
-        return load_catalog(config.catalog).load_table(name)
-    except (NoSuchTableError, NoSuchNamespaceError):
-        raise LaketideError(
-            f"table {name} of stream {stream.name!r} does not exist in catalog {config.catalog.name!r}: "
-            f"run the ingest DAG laketide_ingest_{stream.name} once (mode incremental "
-            "is enough) to create the tables, then verify again"
-        ) from None
 
 
 def _snapshot(table: Table, name: str, snapshot_id: int | None) -> int | None:
@@ -270,8 +254,8 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     """
     start = hour_start(partition)
     key = partition_key(start)
-    table = _load(config, stream.table, stream)
-    rejects_table = _load(config, stream.rejects_table, stream)
+    table = load_stream_table(config, stream.table, stream)
+    rejects_table = load_stream_table(config, stream.rejects_table, stream)
     snapshot_id = _snapshot(table, stream.table, snapshot_id)
 
     audits = read_audits(stream.landing_path, hidden=True)

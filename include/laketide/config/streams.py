@@ -22,6 +22,8 @@ from laketide.config.values import (
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
 CommitPath = Literal["auto", "internal", "public"]
+#: the shortest ``writer_lease`` accepted (the writer's loop renews the lease about once a second)
+MIN_WRITER_LEASE = timedelta(seconds=5)
 
 
 class FieldSpec(_Strict):
@@ -55,6 +57,14 @@ class StreamConfig(_Strict):
     #: event times earlier than this, or later than the data file's landing time + max_future, are rejected
     min_event_time: str = "2000-01-01T00:00:00+00:00"
     max_future: timedelta = timedelta(days=1)
+    #: how far ahead of the writer's clock an event time may be and still count for the stream's watermark:
+    #: events further ahead are kept, their producer is named (writer log, commit summary, partition status), and
+    #: the watermark goes no further than the writer's clock + this (one fast producer clock cannot close hours)
+    max_clock_skew: timedelta = timedelta(minutes=5)
+    #: the window of landing files the writer's file source remembers, by modification time behind the newest file
+    #: (Spark's maxFileAge): it bounds the writer's memory. A file landing with an older modification time (cp -p,
+    #: rsync -t) is still ingested: the writer sets its modification time to now (see laketide.ingest.late_files)
+    max_file_age: timedelta = timedelta(days=7)
     #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lake.lease)
     writer_lease: timedelta = timedelta(seconds=60)
     #: a landing line longer than this (in bytes, without its newline) is rejected unparsed
@@ -70,10 +80,22 @@ class StreamConfig(_Strict):
     #: counting it per hour in the commit's summary (``laketide.duplicates-dropped``); see laketide.ingest.dedupe
     dedupe_on_write: bool = False
 
-    @field_validator("trigger_interval", "idle_window", "max_future", "writer_lease", mode="before")
+    @field_validator("trigger_interval", "idle_window", "max_future", "max_clock_skew", "max_file_age",
+                     mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return positive_duration(value)
+
+    @field_validator("writer_lease", mode="before")
+    @classmethod
+    def _lease(cls, value: Any) -> timedelta:
+        lease = positive_duration(value)
+        if lease < MIN_WRITER_LEASE:
+            raise ValueError(
+                f"{_secs(lease)} is too short: the writer renews its lease about once a second and a batch commit, "
+                f"a GC pause or a busy catalog easily takes longer; use at least {_secs(MIN_WRITER_LEASE)} (the "
+                "default, 60s, suits most streams)")
+        return lease
 
     @field_validator("allowed_lateness", mode="before")
     @classmethod
@@ -131,6 +153,12 @@ class StreamConfig(_Strict):
             raise ValueError(f"event_time_field: field {self.event_time_field!r} must have type timestamp")
         if self.event_time_field == self.event_id_field:
             raise ValueError("event_id_field: must be another field than event_time_field")
+        if self.max_clock_skew > self.max_future:
+            raise ValueError(
+                f"max_clock_skew: {_secs(self.max_clock_skew)} is longer than max_future ({_secs(self.max_future)}): "
+                "events beyond max_future are rejected anyway; keep max_clock_skew to a few minutes")
+        if self.max_file_age < timedelta(hours=1):
+            raise ValueError(f"max_file_age: {_secs(self.max_file_age)} is shorter than an hour: use e.g. '7d'")
         if self.table == self.rejects_table:
             raise ValueError(f"rejects_table: {self.table!r} is also the events table; name another table")
         if self.idle_window <= self.trigger_interval:

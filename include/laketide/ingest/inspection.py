@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,8 +31,10 @@ from laketide.ingest.landing import (
     expected_totals,
     file_stat,
     hidden,
+    is_blank,
     name_hour,
     partition_key,
+    split_lines,
 )
 
 
@@ -45,6 +48,7 @@ class Reason(StrEnum):
     HOURS = "not one hour"  # the file (or its audit) holds events of several hours, or of another hour
     CHANGED = "changed after ingest"  # size or modification time differ from what the writer recorded
     DELETED = "deleted after ingest"  # ingested, no longer in data/
+    NOT_DATA = "not a data file"  # its name does not end in '.jsonl' (UPPER.JSONL, notes.txt, x.jsonl.bak): never read
 
 
 @dataclass(frozen=True)
@@ -135,13 +139,13 @@ def _line_hour(line: bytes, event_time: EventTime, latest: datetime) -> str | No
 
 
 def read_lines(path: Path, event_time: EventTime | None) -> tuple[int, dict[str, int]]:
-    """Non-blank lines of a data file (split like Spark's text source: ``\n``, ``\r\n``, ``\r``) and,
-    with ``event_time``, the events per hour among them."""
+    """Records (non-blank lines, ``landing.is_blank``) of a data file (split like Spark's text source:
+    ``landing.split_lines``) and, with ``event_time``, the events per hour among them."""
     landed = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     lines = 0
     hours: dict[str, int] = {}
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
+    for line in split_lines(path.read_bytes()):
+        if is_blank(line):
             continue
         lines += 1
         if event_time is not None:
@@ -235,6 +239,11 @@ def inspect(
         if not info.ingested and not hidden(name):
             report.pending.append(name)
 
+    others = sorted(p.name for p in folder.iterdir() if not p.name.endswith(DATA_SUFFIX) and p.is_file()) \
+        if folder.is_dir() else []
+    for name in others:
+        report.findings.append(_not_data(name, audits, {p.name for p in present} | set(stats)))
+
     for name in sorted(set(stats) - set(report.files)):
         audit = audits.get(name)
         known = set((audit or {}).get("partitions", {}))
@@ -250,6 +259,28 @@ def inspect(
             add(name, Reason.DELETED, f"ingested, then deleted from data/: its {audit['records']} record(s) "
                 "are still expected (its audit record is kept)", blocking=False)
     return report
+
+
+_HOUR_PREFIX = re.compile(r"^[_.]*(\d{8}T\d{2})-")
+
+
+def _not_data(name: str, audits: Mapping[str, Mapping[str, Any]], known: Collection[str]) -> Finding:
+    """The report of a file in ``data/`` whose name does not end in ``.jsonl``: the writer never reads it.
+
+    Blocking when an audit record expects the data file it seems meant to be (``UPPER.JSONL`` with
+    ``audit/UPPER.json``) and that file is neither in ``data/`` nor ingested: its records are expected in no hour
+    otherwise, and would be lost without a word; else a note (a backup, notes, a temporary file)."""
+    stem = re.sub(r"(?i)\.jsonl.*$", "", name) if ".jsonl" in name.lower() else name.rsplit(".", 1)[0]
+    meant = stem + DATA_SUFFIX
+    audit = audits.get(meant) if meant not in known else None
+    hours = set((audit or {}).get("partitions", {}))
+    if (match := _HOUR_PREFIX.match(name)) is not None:
+        hours.add(datetime.strptime(match.group(1), "%Y%m%dT%H").replace(tzinfo=UTC).isoformat())
+    detail = (f"only names ending in '{DATA_SUFFIX}' (lower case) are read, so the writer never reads it; if it "
+              f"holds events, publish them again as a data file ({meant}) with its audit record")
+    if audit is not None:
+        detail += f"; audit/{audit_name(meant)} expects {audit['records']} record(s) from {meant}, which is missing"
+    return Finding(name, Reason.NOT_DATA, detail, tuple(sorted(hours)), blocking=audit is not None)
 
 
 # ---------------------------------------------------------------- metadata only: what the writer will read
@@ -298,6 +329,16 @@ def landed_files(landing_path: str | Path) -> list[Landed]:
         mtime = st.st_mtime_ns // 1_000_000
         out.append(Landed(name, st.st_size, mtime, max(mtime, st.st_ctime_ns // 1_000_000), hour))
     out.sort(key=lambda f: (f.mtime_ms, f.name))
+    return out
+
+
+def audit_hours(landing_path: str | Path, names: Iterable[str]) -> dict[str, str]:
+    """The hour of each of the landing files ``names`` whose name does not tell it, from its audit record (the
+    earliest hour it names); files without a usable audit record are left out."""
+    out: dict[str, str] = {}
+    for name in names:
+        if name_hour(name) is None and (hour := _audit_hour(landing_path, name)) is not None:
+            out[name] = hour
     return out
 
 

@@ -134,13 +134,31 @@ def next_seq(landing_path: str | Path, producer_id: str) -> int:
     return highest + 1
 
 
+#: JSON's whitespace (RFC 8259): a line holding nothing else is blank, not a record
+JSON_WHITESPACE = b" \t\r\n"
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a data file as the writer (Spark's text source) reads them: ended by ``\n``, ``\r\n`` or
+    ``\r``; the last line needs no line break."""
+    return data.splitlines()
+
+
+def is_blank(line: bytes) -> bool:
+    """THE definition of a blank line, shared by the writer (Spark's JSON reader finds no token in it), inspection,
+    reconciliation and the landing contract: empty, or only spaces and tabs (JSON's whitespace). A blank line is no
+    record: it is neither counted nor rejected. Every other line is a record, ingested or rejected with a reason:
+    a line of only other control characters (``\x0b``, ``\x0c``, NUL) or a byte order mark is a rejected one."""
+    return not line.strip(JSON_WHITESPACE)
+
+
 def _as_bytes(line: bytes | str) -> bytes:
     raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
     if raw.endswith(b"\n"):
         raw = raw[:-1]
     if b"\n" in raw or b"\r" in raw:
         raise ValueError(f"a record may not contain a line break: {raw[:80]!r}")
-    if not raw.strip():
+    if is_blank(raw):
         raise ValueError("blank lines are not records; do not publish them")
     return raw
 

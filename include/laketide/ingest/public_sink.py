@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from laketide.errors import WriterFencedError
+from laketide.errors import MainMovedError, WriterFencedError
 from laketide.ingest import sink
 from laketide.lake import commits
 from laketide.lake.internals import gateway
@@ -43,10 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.ingest.public_sink")
 STAGE_PREFIX = "laketide_stage_"
-
-
-class MainMovedError(RuntimeError):
-    """``main`` moved between the staging write and the fast-forward: publish again (after a fence check)."""
 
 
 class PublicIceberg:

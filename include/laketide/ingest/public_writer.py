@@ -14,8 +14,17 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import public_sink
+from laketide.ingest.inspection import audit_hours
 from laketide.ingest.landing import from_epoch_hours
-from laketide.ingest.summary import MICROS_PER_HOUR, _from_micros, _iso, _later, summary_key
+from laketide.ingest.summary import (
+    MICROS_PER_HOUR,
+    _from_micros,
+    _iso,
+    ahead_of_clock,
+    summary_key,
+    warn_ahead,
+    watermark_after,
+)
 from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE, Validator, rejected_rows
 from laketide.lake import commits
 from laketide.lake.internals import SqlitePool
@@ -95,14 +104,22 @@ class PublicPath:
                     per_hour[key] = per_hour.get(key, 0) + int(g["valid"])
             files = commits.SourceFiles(stats)
             valid = sum(per_hour.values())
-            batch_max = _iso(_from_micros(max(highs) if highs else None))
-            watermark = _later(events_marker.watermark if events_marker else None, batch_max)
+            newest = _from_micros(max(highs) if highs else None)
+            watermark = watermark_after(events_marker.watermark if events_marker else None, newest, now,
+                                        stream.max_clock_skew)
+            latest_by_file: dict[str, datetime] = {}
+            for g in groups:
+                high = _from_micros(g["high"])
+                if g["_file"] is not None and high is not None:
+                    latest_by_file[str(g["_file"])] = max(latest_by_file.get(str(g["_file"]), high), high)
+            ahead = ahead_of_clock(latest_by_file, now, stream.max_clock_skew)
             extra: dict[str, Any] = {
                 commits.VALID_ROWS: valid,
                 commits.REJECTED_ROWS: rejected,
                 commits.MIN_EVENT_TIME: _iso(_from_micros(min(lows) if lows else None)),
-                commits.MAX_EVENT_TIME: batch_max,
+                commits.MAX_EVENT_TIME: _iso(newest),
                 commits.WATERMARK: watermark,
+                commits.AHEAD_OF_CLOCK: warn_ahead(stream, batch_id, ahead),
                 **self.summary,
             }
             if rejected:
@@ -137,7 +154,8 @@ class PublicPath:
         from pyspark.sql import functions as F
 
         stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now).persist(
+        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now,
+                                audit_hours(stream.landing_path, files)).persist(
             StorageLevel.MEMORY_AND_DISK)
         try:
             by_hour: dict[str, int] = {}

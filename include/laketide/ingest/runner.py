@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,6 +15,7 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import WriterFencedError
 from laketide.ingest import sink
 from laketide.ingest.landing import DATA_SUFFIX, data_dir
+from laketide.ingest.late_files import LateFiles, file_source_options
 from laketide.lake import commits, internals
 from laketide.lake.catalog import load_catalog
 from laketide.lake.internals import SqlitePool
@@ -30,6 +32,8 @@ from laketide.ingest.writer import BatchWriter, choose_commit_path
 log = logging.getLogger("laketide.ingest.runner")
 
 Mode = Literal["continuous", "incremental"]
+#: how the operating system says a disk is full (ENOSPC), in a Java or Python error's text
+DISK_FULL = "No space left on device"
 
 
 def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> DataFrame:
@@ -47,6 +51,7 @@ def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> D
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", stream.max_files_per_trigger)
         .option("pathGlobFilter", f"*{DATA_SUFFIX}")
+        .options(**file_source_options(stream))
         .load(str(folder))
         .select(*columns)
     )
@@ -82,7 +87,7 @@ def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mod
 def _await(query: StreamingQuery) -> bool:
     """``query.awaitTermination(1)``; a failure raised by the batch function comes back as the laketide error
     it was (Spark hands it over as text), so the caller sees one clear message, not a Java stack."""
-    from laketide.errors import CatalogUnavailableError
+    from laketide.errors import CatalogUnavailableError, StorageFullError
 
     try:
         return bool(query.awaitTermination(1))
@@ -92,6 +97,11 @@ def _await(query: StreamingQuery) -> bool:
             marker = f"{error.__module__}.{error.__name__}: "
             if marker in text:
                 raise error(text.split(marker, 1)[1].splitlines()[0]) from exc
+        if DISK_FULL in text:
+            raise StorageFullError(
+                "a disk the writer writes to is full (No space left on device: the warehouse, the checkpoint or "
+                "Spark's temporary folder). Nothing of the unfinished batch is committed; free space and start "
+                "the writer again: it replays that batch.") from exc
         raise
 
 
@@ -137,6 +147,9 @@ def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Wr
     flag = stop_file(stream)
     flag.unlink(missing_ok=True)
     stopping: list[str] = []
+    late = LateFiles(stream)
+    late.rescue()  # before the stream's first listing: an incremental run takes them too
+    next_look = time.monotonic() + stream.trigger_interval.total_seconds()
 
     def on_signal(signum: int, _frame: Any) -> None:
         stopping.append(signal.Signals(signum).name)
@@ -155,6 +168,9 @@ def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: Wr
                 break
             if flag.exists() and not stopping:
                 stopping.append(f"stop file {flag}")
+            if time.monotonic() >= next_look:
+                late.rescue()
+                next_look = time.monotonic() + stream.trigger_interval.total_seconds()
             if stopping and not query.status["isTriggerActive"]:
                 log.info("stopping between batches (%s)", stopping[0])
                 query.stop()

@@ -24,9 +24,12 @@ EVENTS_PROPERTIES = {
     **COMMIT_RETRY_PROPERTIES,
 }
 REJECTS_COLUMNS = (
-    "raw string, reason string, source_file string, event_hour timestamp, "
+    "raw string, raw_bytes binary, reason string, source_file string, event_hour timestamp, "
     "batch_id bigint, writer_id string, rejected_at timestamp"
 )
+#: columns added to the rejects table since it was first created, each with the column it follows (a writer adds
+#: them to an older table when it starts: Iceberg adds a column without rewriting a file; older rows read null)
+REJECTS_ADDED = (("raw_bytes", "binary", "raw"),)
 
 
 def events_properties(stream: StreamConfig) -> dict[str, str]:
@@ -57,9 +60,14 @@ def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamCon
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{ns}")
     create_events_table(spark, f"{cat}.{stream.table}", stream)
     props = ", ".join(f"'{k}'='{v}'" for k, v in EVENTS_PROPERTIES.items())
+    rejects = f"{cat}.{stream.rejects_table}"
     spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {cat}.{stream.rejects_table} ({REJECTS_COLUMNS}) "
+        f"CREATE TABLE IF NOT EXISTS {rejects} ({REJECTS_COLUMNS}) "
         f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({props})"
     )
+    have = set(spark.table(rejects).columns)
+    for column, kind, after in REJECTS_ADDED:
+        if column not in have:
+            spark.sql(f"ALTER TABLE {rejects} ADD COLUMN {column} {kind} AFTER {after}")
 
 

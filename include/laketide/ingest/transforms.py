@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 
 CORRUPT = "_corrupt_record"
+#: a byte order mark: JSON Lines is UTF-8 without one (a line starting with it is rejected, with this reason)
+BOM = "\ufeff"
 LANDED_AT = "_landed_at"
 #: the landing file's size in bytes (``_metadata.file_size``): read by the public commit path only
 SOURCE_SIZE = "_source_size"
@@ -132,6 +134,22 @@ def _opens_object(raw: Column) -> Column:
     return raw.startswith("{") | F.ltrim(raw).startswith("{")
 
 
+def one_object(raw: Column) -> Column:
+    """The line holds one JSON value and nothing after it but whitespace (strict JSON Lines; Spark's JSON reader
+    reads the first value of a line and ignores what follows it: ``{...} xyz``, ``{...}}``, ``{...}{...}``).
+
+    Asked only of a line the reader parsed as an object. Cheap when the line's only ``}`` ends it (a flat
+    record: the object closes there and nothing follows). Otherwise two wrappers decide: ``[`` line ``]``
+    must be an array of exactly one value, and ``{"x":`` line ``}`` an object of exactly one key; a line that
+    closes one wrapper early (``{...}]...`` or ``{...}}...``) breaks the other."""
+    from pyspark.sql import functions as F
+
+    flat = F.instr(raw, "}") == F.length(F.rtrim(raw))
+    array = F.json_array_length(F.concat(F.lit("["), raw, F.lit("]"))) == 1
+    keyed = F.size(F.json_object_keys(F.concat(F.lit('{"x":'), raw, F.lit("}")))) == 1
+    return F.when(flat, F.lit(True)).otherwise(F.coalesce(array & keyed, F.lit(False)))
+
+
 def fits(raw: Column, stream: StreamConfig) -> Column:
     """The line is at most ``max_line_bytes`` long.
 
@@ -225,11 +243,11 @@ class Parsed:
         """True when the line is a valid event, else false.
 
         A line is valid when it opens a JSON object, every required field is present and readable, every
-        optional field is readable or absent, the event time is in range and, when a string value holds
-        U+FFFD, the line is valid UTF-8. Spark's JSON reader leaves a field null when its value has the
-        wrong type (every field, when the line is not JSON), so the test reads the fields; the line itself
-        is searched only for an optional field read as null. For a valid line with every field present it
-        costs a few compiled comparisons.
+        optional field is readable or absent, the event time is in range, nothing follows the object (see
+        :func:`one_object`) and, when a string value holds U+FFFD, the line is valid UTF-8. Spark's JSON reader
+        leaves a field null when its value has the wrong type (every field, when the line is not JSON), so the
+        test reads the fields; the line itself is searched only for an optional field read as null. For a valid
+        flat line with every field present it costs a few compiled comparisons and scans of the line.
         """
         valid = _opens_object(self.raw)
         for name, spec in self.stream.fields.items():
@@ -242,7 +260,7 @@ class Parsed:
         for name, spec in self.stream.fields.items():
             if not spec.required:
                 valid = valid & ~self.unreadable(name)
-        return valid
+        return valid & one_object(self.raw)
 
     def reason(self) -> Column:
         """First problem of a line that ``valid`` refuses, or null for a valid line.
@@ -262,9 +280,12 @@ class Parsed:
             # first: the other checks read the line, which a line too long must never cost
             F.when(~self.fits, too_long_reason(raw, stream)),
             F.when(self.reencoding_changes(), F.lit("invalid UTF-8 encoding")),
+            F.when(raw.startswith(BOM), F.lit("starts with a byte order mark (U+FEFF): write UTF-8 without a BOM")),
             F.when(F.get_json_object(raw, "$").isNull(), F.lit("malformed JSON")),
             F.when(opens_object & syntax, F.lit("malformed JSON")),
             F.when(~opens_object, F.lit("not a JSON object")),
+            F.when(~one_object(raw), F.lit(
+                "not one JSON object: something follows the object (one JSON object per line, nothing after it)")),
         ]
         rule = timestamp_rule(stream)
         for name, spec in stream.fields.items():
@@ -400,28 +421,60 @@ def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
     return Validator(stream).parse_lines(lines)
 
 
-def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime) -> DataFrame:
-    """Rows for the rejects table: the raw line, the reason, where it came from, and the hour of its event
-    time when one can be read (reconciliation attributes rejects through their source file).
+#: the hour of a landing file from its name (``landing.FILE_NAME``, a hidden name's prefix ignored), as Java regex
+FILE_HOUR_PATTERN = r"^[_.]*(\d{8}T\d{2})-[A-Za-z0-9_.-]+-\d{8,}-[0-9a-f]{8}\.jsonl$"
+
+
+def file_hour(source_file: Column, audit_hours: Mapping[str, str] | None = None) -> Column:
+    """The hour of a landing file (the contract's file hour) as a timestamp column: from its name, else from
+    ``audit_hours`` (file name -> partition key, read from the audit records of files named otherwise), else null.
+    """
+    from pyspark.sql import functions as F
+
+    by_name = F.to_timestamp(F.regexp_extract(source_file, FILE_HOUR_PATTERN, 1), "yyyyMMdd'T'HH")
+    known = {name: datetime.fromisoformat(hour) for name, hour in (audit_hours or {}).items()}
+    if not known:
+        return by_name
+    by_audit = F.create_map(*[x for name, hour in sorted(known.items()) for x in (F.lit(name), F.lit(hour))])
+    return F.coalesce(by_name, by_audit[source_file])
+
+
+def valid_text(raw: Column) -> tuple[Column, Column]:
+    """``raw`` as valid UTF-8 text (an invalid byte sequence replaced by U+FFFD), and its exact bytes when they are
+    not valid UTF-8 (null when the text holds them exactly): what the rejects table keeps of a line, so that every
+    reader can read it and nothing is lost."""
+    from pyspark.sql import functions as F
+
+    invalid = raw.cast("binary") != F.encode(raw, "UTF-8")
+    return (F.when(invalid, F.decode(F.encode(raw, "UTF-8"), "UTF-8")).otherwise(raw),
+            F.when(invalid, raw.cast("binary")))
+
+
+def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime,
+                  audit_hours: Mapping[str, str] | None = None) -> DataFrame:
+    """Rows for the rejects table: the raw line (as valid UTF-8 text in ``raw``, and its exact bytes in
+    ``raw_bytes`` when it is not valid UTF-8), the reason, where it came from, and the hour of its landing file
+    (``event_hour``: the contract's file hour, from the file's name or audit record; see :func:`file_hour`). A
+    reject's bad value stays in its raw line: an absurd event time never gives it an absurd hour.
 
     A line longer than ``max_line_bytes`` keeps only its first ``RAW_PREFIX_CHARS`` characters and a marker
     with its length in ``raw`` (no hour is read from it): the rows never hold more than that, so the
     rejects pass (it caches these rows) and the rejects table stay small whatever lands."""
     from pyspark.sql import functions as F
 
-    time_field = stream.event_time_field
     raw, short = F.col("_raw"), fits(F.col("_raw"), stream)
-    loose = F.when(short, F.to_timestamp(F.get_json_object(raw, f"$.{time_field}")))
     # a line over max_line_bytes keeps its start and a marker; the landing file keeps the whole line
     cut = F.concat(
         F.substring(raw, 1, RAW_PREFIX_CHARS),
         F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
     )
+    text, exact = valid_text(F.when(short, raw).otherwise(cut))
     return parsed.where(F.col("_error").isNotNull()).select(
-        F.when(short, raw).otherwise(cut).alias("raw"),
+        text.alias("raw"),
+        exact.alias("raw_bytes"),
         F.col("_error").alias("reason"),
         F.col("_source_file").alias("source_file"),
-        F.date_trunc("hour", F.coalesce(F.col(time_field), loose)).alias("event_hour"),
+        file_hour(F.col("_source_file"), audit_hours).alias("event_hour"),
         F.lit(batch_id).cast("bigint").alias("batch_id"),
         F.lit(stream.writer_id).alias("writer_id"),
         F.lit(now).alias("rejected_at"),

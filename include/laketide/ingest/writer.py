@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +23,13 @@ from laketide.ingest import dedupe, failures, public_sink, sink
 from laketide.ingest import faultpoints as faults
 from laketide.ingest.landing import from_epoch_hours
 from laketide.ingest.public_writer import PublicPath
-from laketide.ingest.summary import _from_micros, _iso, _later, _utc, summary_key
+from laketide.ingest.summary import _from_micros, _iso, _utc, ahead_of_clock, summary_key, warn_ahead, watermark_after
 from laketide.lake import commits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+from laketide.ingest.inspection import audit_hours
 from laketide.ingest.transforms import Validator, rejected_rows
 from laketide.lake.internals import IcebergJvm, SqlitePool, batch_files, write_uncommitted
 
@@ -71,6 +72,8 @@ class Staged:
     max_event_time: int | None
     #: rows of the null hour partition with a null ``_batch_id``: duplicates dropped (``dedupe_on_write``)
     dropped: int = 0
+    #: (location, newest event time in epoch microseconds) of each data file of valid rows
+    highs: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def valid(self) -> int:
@@ -181,7 +184,24 @@ class BatchWriter(PublicPath):
             lo, hi = int(conversions.fromByteBuffer(field_type, low)), int(conversions.fromByteBuffer(field_type, high))
             staged.min_event_time = lo if staged.min_event_time is None else min(staged.min_event_time, lo)
             staged.max_event_time = hi if staged.max_event_time is None else max(staged.max_event_time, hi)
+            staged.highs.append((str(data_file.location()), hi))
         return staged
+
+    def _ahead_of_clock(self, spark: SparkSession, staged: Staged, now: datetime) -> dict[str, str]:
+        """The producers of the batch whose events run more than ``max_clock_skew`` ahead of ``now``, with their
+        latest event time. Reads only the staged data files whose column bounds hold such events (none, for a
+        batch whose newest event time is within the skew: the caller asks only then)."""
+        from pyspark.sql import functions as F
+
+        stream = self.stream
+        limit = now + stream.max_clock_skew
+        paths = [path for path, high in staged.highs if (_from_micros(high) or limit) > limit]
+        if not paths:
+            return {}
+        time_col = F.col(f"`{stream.event_time_field}`")
+        rows = (spark.read.parquet(*paths).where(time_col > F.lit(limit))
+                .groupBy("_source_file").agg(F.max(time_col).alias("latest")).collect())
+        return ahead_of_clock({str(r["_source_file"]): r["latest"] for r in rows}, now, stream.max_clock_skew)
 
     def _publish(self, table: Any, data_files: list[Any], props: dict[str, str], batch_id: int,
                  expected: commits.Marker | None) -> int:
@@ -240,14 +260,19 @@ class BatchWriter(PublicPath):
         valid, rejected = staged.valid, staged.rejected
         faults.maybe_pause("before_commit", batch_id)
 
-        batch_max = _iso(_from_micros(staged.max_event_time))
-        watermark = _later(events_marker.watermark if events_marker else None, batch_max)
+        newest = _from_micros(staged.max_event_time)
+        ahead = {}
+        if newest is not None and newest > now + stream.max_clock_skew:
+            ahead = self._ahead_of_clock(batch.sparkSession, staged, now)
+        watermark = watermark_after(events_marker.watermark if events_marker else None, newest, now,
+                                    stream.max_clock_skew)
         extra: dict[str, Any] = {
             commits.VALID_ROWS: valid,
             commits.REJECTED_ROWS: rejected,
             commits.MIN_EVENT_TIME: _iso(_from_micros(staged.min_event_time)),
-            commits.MAX_EVENT_TIME: batch_max,
+            commits.MAX_EVENT_TIME: _iso(newest),
             commits.WATERMARK: watermark,
+            commits.AHEAD_OF_CLOCK: warn_ahead(stream, batch_id, ahead),
             **self.summary,
         }
         if rejected:  # the rejects table is read only for batches that have rejects (its publish is fenced)
@@ -296,7 +321,8 @@ class BatchWriter(PublicPath):
         """Commit the batch's rejected lines to the rejects table (a second pass over the batch), fenced like
         the events. The rows per hour come from the written files' metadata: no row reaches the driver."""
         stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now)
+        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now,
+                                audit_hours(stream.landing_path, files))
         file_set = f"laketide-{stream.writer_id}-{batch_id}-rejects-{uuid.uuid4().hex[:12]}"
         jtable, written = self._write_uncommitted(rejects, stream.rejects_table, file_set)
         integer = self.iceberg(batch.sparkSession).integer

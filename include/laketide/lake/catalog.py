@@ -11,11 +11,12 @@ import threading
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from laketide.config import CatalogConfig
-from laketide.errors import ConfigError
+from laketide.config import CatalogConfig, LaketideConfig, StreamConfig
+from laketide.errors import ConfigError, TableNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
 
 SQLITE_JDBC_PARAMS = "journal_mode=WAL&busy_timeout=30000"
 
@@ -71,3 +72,20 @@ def load_catalog(catalog: CatalogConfig) -> SqlCatalog:
             cached = _CATALOGS[key] = SqlCatalog(catalog.name, **pyiceberg_properties(catalog))
             constructions += 1
     return cached
+
+
+def load_stream_table(config: LaketideConfig, name: str, stream: StreamConfig) -> Table:
+    """The table ``name`` (the events or rejects table of ``stream``) through pyiceberg.
+
+    :raises TableNotFoundError: naming the table and how its writer creates it
+    """
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return load_catalog(config.catalog).load_table(name)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        raise TableNotFoundError(
+            f"table {name} of stream {stream.name!r} does not exist in catalog {config.catalog.name!r}: "
+            f"run the ingest DAG laketide_ingest_{stream.name} once (mode incremental is enough) to create the "
+            "tables, then try again"
+        ) from None

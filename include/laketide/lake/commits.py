@@ -9,7 +9,10 @@ Every commit laketide's writer makes carries its markers in the Iceberg snapshot
 ``laketide.source-stats``    JSON list of ``[size, modification ms]`` of those files, in the same order
 ``laketide.min-event-time``  earliest valid event time in the batch (ISO, UTC), absent if none
 ``laketide.max-event-time``  latest valid event time in the batch
-``laketide.watermark``       the writer's high watermark: latest valid event time committed so far
+``laketide.watermark``       the writer's high watermark: latest valid event time committed so far, each batch's
+                             capped at the writer's clock + ``max_clock_skew`` when it committed
+``laketide.ahead-of-clock``  JSON {producer: latest event time} of producers whose events in the batch ran more
+                             than ``max_clock_skew`` ahead of the writer's clock (absent when none did)
 ``laketide.partition-rows``  JSON {partition key: rows added} for this table
 ``laketide.valid-rows`` / ``laketide.rejected-rows``  row counts of the whole batch
 ``laketide.redo-id``         the redo run that re-ingested the batch (absent for the live writer's commits)
@@ -43,6 +46,7 @@ SOURCE_STATS = "laketide.source-stats"
 MIN_EVENT_TIME = "laketide.min-event-time"
 MAX_EVENT_TIME = "laketide.max-event-time"
 WATERMARK = "laketide.watermark"
+AHEAD_OF_CLOCK = "laketide.ahead-of-clock"
 PARTITION_ROWS = "laketide.partition-rows"
 VALID_ROWS = "laketide.valid-rows"
 REJECTED_ROWS = "laketide.rejected-rows"

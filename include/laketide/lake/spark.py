@@ -55,6 +55,16 @@ def build_session(config: LaketideConfig, app_name: str, master: str | None = No
     return builder.getOrCreate()
 
 
+def use_catalog(spark: SparkSession, config: LaketideConfig) -> None:
+    """Point a running session at ``config``'s catalog (its ``spark.sql.catalog.<name>*`` settings): tests and
+    benchmarks share one session across several catalogs. Spark keeps a catalog it has loaded under its name, so
+    each catalog a session is pointed at needs a name of its own."""
+    prefix = f"spark.sql.catalog.{config.catalog.name}"
+    for key, value in spark_conf(config).items():
+        if key.startswith(prefix):
+            spark.conf.set(key, value)
+
+
 def _submitted() -> bool:
     """True inside spark-submit, where the master comes from the command line."""
     import os

@@ -175,7 +175,8 @@ def first_ingestion(events: DataFrame, rejects: DataFrame, files: Collection[str
             .agg(F.min("_batch_id").alias("_batch_id"), F.min("rejected_at").alias("rejected_at")))
 
 
-def parse(lines: DataFrame, stream: StreamConfig, origin: DataFrame, now: datetime) -> tuple[DataFrame, DataFrame]:
+def parse(lines: DataFrame, stream: StreamConfig, origin: DataFrame, now: datetime,
+          file_hours: Mapping[str, str] | None = None) -> tuple[DataFrame, DataFrame]:
     """The events and rejects rows of ``lines`` as the writer would write them; each row takes the batch id
     (and a reject its rejection time) of its file's first ingestion from ``origin`` (:func:`first_ingestion`).
 
@@ -189,10 +190,11 @@ def parse(lines: DataFrame, stream: StreamConfig, origin: DataFrame, now: dateti
     known = F.broadcast(origin)
     events = (parsed.where(F.col("_error").isNull()).join(known, "_source_file", "left")
               .select(*[F.col(n) for n in stream.fields], "_source_file", "_batch_id"))
-    rejects = rejected_rows(parsed, stream, -1, now)
+    rejects = rejected_rows(parsed, stream, -1, now,
+                            {n: h for n, h in (file_hours or {}).items() if name_hour(n) is None})
     rejects = (rejects.join(known.withColumnRenamed("_source_file", "source_file")
                             .withColumnRenamed("rejected_at", "_first_rejected"), "source_file", "left")
-               .select("raw", "reason", "source_file", "event_hour",
+               .select("raw", "raw_bytes", "reason", "source_file", "event_hour",
                        F.coalesce(F.col("_batch_id"), F.col("batch_id")).alias("batch_id"), "writer_id",
                        F.coalesce(F.col("_first_rejected"), F.col("rejected_at")).alias("rejected_at")))
     return events, rejects
@@ -209,9 +211,12 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
     """
     from pyspark.sql import functions as F
 
+    from laketide.ingest.tables import ensure_tables
+
     stream = request.stream
     cat = config.catalog.name
     events_name, rejects_name = quoted_table(cat, stream.table), quoted_table(cat, stream.rejects_table)
+    ensure_tables(spark, config, stream)  # a rejects table older than its current columns gets them
     events_from = current_snapshot(config, stream.table)
     rejects_from = current_snapshot(config, stream.rejects_table)
     if events_from is None:
@@ -230,7 +235,7 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
     now = datetime.now(UTC).replace(microsecond=0)
     if files:
         origin = first_ingestion(existing, rejects_at, files, batches_of_files(config, stream))
-        parsed, new_rejects = parse(read_lines(spark, stream, files), stream, origin, now)
+        parsed, new_rejects = parse(read_lines(spark, stream, files), stream, origin, now, plan.hours)
     else:
         parsed = existing.limit(0).select(*stream.fields, "_source_file", "_batch_id")
         new_rejects = rejects_at.limit(0)

@@ -21,47 +21,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from laketide.errors import CheckpointFormatError
 from laketide.ingest.landing import FileStat, file_stat
+from laketide.lake import checkpoint_log
+from laketide.lake.checkpoint_log import VERSION, check_format, file_name, log_files
 
 log = logging.getLogger("laketide.redo.checkpoint")
-VERSION = "v1"
 DEFAULT_OFFSET_METADATA = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines()
-
-
-def check_format(path: Path) -> list[str]:
-    """The lines of a checkpoint log file after its version line; raises unless the version is ``v1``."""
-    lines = _lines(path)
-    if not lines or lines[0].strip() != VERSION:
-        raise CheckpointFormatError(f"{path}: checkpoint file version {lines[0] if lines else '(empty)'!r}, "
-                                    f"expected {VERSION!r} (Spark 3.5); the redo does not rewrite it")
-    return lines[1:]
-
-
-def _log_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted((p for p in folder.iterdir() if p.name.split(".")[0].isdigit() and not p.name.startswith(".")),
-                  key=lambda p: int(p.name.split(".")[0]))
 
 
 def source_entries(checkpoint: Path) -> dict[str, dict[str, Any]]:
     """Every file Spark's file source recorded in ``checkpoint`` (all log files, compacted or not), by file name."""
-    out: dict[str, dict[str, Any]] = {}
-    for path in _log_files(checkpoint / "sources" / "0"):
-        for line in check_format(path):
-            if line.strip():
-                entry = json.loads(line)
-                out[entry["path"].rsplit("/", 1)[-1]] = entry
-    return out
+    return {file_name(entry): entry for entry in checkpoint_log.source_entries(checkpoint)}
 
 
 def _offset_metadata(checkpoint: Path) -> dict[str, Any]:
-    files = _log_files(checkpoint / "offsets")
+    files = log_files(checkpoint / "offsets")
     if files:
         lines = check_format(files[-1])
         if lines:

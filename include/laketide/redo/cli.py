@@ -1,6 +1,7 @@
 """The command line of the backfill and repair Spark jobs (``spark_jobs/backfill.py``, ``spark_jobs/repair.py``):
 every param is checked (configuration, landing zone, table metadata) before the Spark session starts.
 
+A dry run is the default (as in the DAG forms and the redo job): ``--dry-run false`` changes the tables.
 Exit codes: 0 done (or nothing to do, or a dry run), 1 an error (e.g. a commit that lost to a concurrent commit
 into the same hours: run it again), 2 a bad request (nothing changed), 4 the committed result failed its check.
 """
@@ -26,16 +27,21 @@ DESCRIPTIONS = {
 }
 
 
-def main(kind: Kind, argv: list[str] | None = None) -> int:
+def arguments(kind: Kind, argv: list[str] | None = None) -> argparse.Namespace:
+    """The job's command line, parsed (a dry run unless ``--dry-run false``)."""
     parser = argparse.ArgumentParser(prog=f"{kind}.py", description=DESCRIPTIONS[kind])
     parser.add_argument("--stream", required=True, help="a configured stream")
     parser.add_argument("--start", required=True, help="first hour, e.g. 2026-11-22T03:00:00+00:00")
     parser.add_argument("--end", required=True, help="first hour after the range (exclusive)")
-    parser.add_argument("--dry-run", nargs="?", const="true", default="false", choices=["true", "false"],
-                        help="plan and count, change nothing")
+    parser.add_argument("--dry-run", nargs="?", const="true", default="true", choices=["true", "false"],
+                        help="plan and count, change nothing (the default: pass --dry-run false to change the tables)")
     parser.add_argument("--requested-by", default=None, help="who asked (recorded with the action)")
     parser.add_argument("--run-id", default=None, help="recorded in the status table (default: none)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(kind: Kind, argv: list[str] | None = None) -> int:
+    args = arguments(kind, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from laketide.config import get_config
@@ -94,7 +100,7 @@ def check_params(kind: Kind, params: dict[str, Any], requested_by: str | None = 
 
     config = airflow_config()
     request = validate_request(config, kind, params.get("stream"), params.get("start"), params.get("end"),
-                               params.get("dry_run", False), requested_by)
+                               params.get("dry_run", True), requested_by)
     check_against_table(request, table_facts(config, request.stream))
     if kind == "backfill":
         from laketide.redo.backfill import prepare

@@ -104,7 +104,7 @@ def quoted_table(catalog: str, table: str) -> str:
 
 
 def validate_request(config: LaketideConfig, kind: Kind, stream: object, start: object, end: object,
-                     dry_run: object = False, requested_by: object = None) -> Request:
+                     dry_run: object = True, requested_by: object = None) -> Request:
     """Check a request's params against the configuration, before anything runs.
 
     :param stream: a configured stream's name
@@ -260,6 +260,12 @@ class HourChange:
     rejects_after: int = 0
     duplicates_removed: int = 0
 
+    @property
+    def changed(self) -> bool:
+        """Rows, rejects or duplicates of the hour differ after the action (an unchanged hour stays as it was)."""
+        return (self.rows_before != self.rows_after or self.rejects_before != self.rejects_after
+                or self.duplicates_removed > 0)
+
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
 
@@ -293,15 +299,17 @@ class Outcome:
                f"{self.from_snapshot}: {state}"]
         for hour, c in sorted(self.hours.items()):
             out.append(f"  {hour}: rows {c.rows_before} -> {c.rows_after}, rejects {c.rejects_before} -> "
-                       f"{c.rejects_after}, duplicates removed {c.duplicates_removed}")
+                       f"{c.rejects_after}, duplicates removed {c.duplicates_removed}"
+                       + ("" if c.changed else " (unchanged: its state is kept)"))
         out += [f"  note: {n}" for n in self.notes]
         return out
 
 
 def record_outcome(config: LaketideConfig, outcome: Outcome, run_id: str | None) -> None:
-    """Record a committed action in the status table: each touched hour ``reopened`` (it is verified and closed
-    again by the close DAG), with the rows after, the new snapshot, and the whole action as JSON in
-    ``verification`` (who, when, from which snapshot, rows before/after per hour)."""
+    """Record a committed action in the status table: each hour it changed ``reopened`` (it is verified and
+    closed again by the close DAG), with the rows after, the new snapshot, and the whole action as JSON in
+    ``verification`` (who, when, from which snapshot, rows before/after per hour). An hour whose rows, rejects
+    and duplicates are the same after the action keeps its state (a closed hour stays closed)."""
     from laketide.close.partitions import State
     from laketide.close.status import StatusRecord, record
     from laketide.ingest.landing import parse_partition
@@ -319,6 +327,7 @@ def record_outcome(config: LaketideConfig, outcome: Outcome, run_id: str | None)
                     f"duplicates removed {c.duplicates_removed}: re-verify and re-close"),
             recorded_at=outcome.at,
         )
-        for hour, c in sorted(outcome.hours.items())
+        for hour, c in sorted(outcome.hours.items()) if c.changed
     ]
-    record(config, *records)
+    if records:
+        record(config, *records)

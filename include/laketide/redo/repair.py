@@ -72,6 +72,20 @@ def _counts(df: DataFrame, key: Column) -> dict[str, int]:
     return {row[0]: int(row[1]) for row in df.groupBy(key).count().collect() if row[0] is not None}
 
 
+def reject_counts(spark: SparkSession, config: LaketideConfig, request: Request) -> dict[str, int]:
+    """Rejected lines per hour of the request in the stream's rejects table (a reject's hour is its landing
+    file's hour, ``ingest.transforms.rejected_rows``)."""
+    from pyspark.sql import functions as F
+
+    stream = request.stream
+    name = quoted_table(config.catalog.name, stream.rejects_table)
+    if current_snapshot(config, stream.rejects_table) is None:
+        return {}
+    rows = spark.table(name).where(F.expr(hours_condition("event_hour", request.hours)))
+    return {k: n for k, n in _counts(rows, hour_key(F.col("event_hour"))).items() if k in
+            {partition_key(h) for h in request.hours}}
+
+
 def repair(spark: SparkSession, config: LaketideConfig, request: Request) -> Outcome:
     """Remove duplicate event ids from the hours of ``request`` (or count them, for a dry run).
 
@@ -96,6 +110,8 @@ def repair(spark: SparkSession, config: LaketideConfig, request: Request) -> Out
             change = changes[row["hour"]]
             change.rows_before, change.duplicates_removed = int(row["rows"]), int(row["removed"] or 0)
             change.rows_after = change.rows_before - change.duplicates_removed
+        for hour, n in reject_counts(spark, config, request).items():  # a repair leaves the rejects as they are
+            changes[hour].rejects_before = changes[hour].rejects_after = n
         outcome = Outcome(request, start, None, changes, committed=False)
         removed = {k: c.duplicates_removed for k, c in changes.items() if c.duplicates_removed}
         if not removed:

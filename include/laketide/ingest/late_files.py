@@ -1,0 +1,140 @@
+"""Landing files with an old modification time: ingested anyway, by refreshing that time.
+
+Spark's file source remembers the files it has taken for ``max_file_age`` (its ``maxFileAge``) behind the newest
+taken file's modification time, which bounds the writer's memory, and it skips, without a word and for ever, a
+file whose modification time is older than that horizon: a file copied with its times (``cp -p``, ``rsync -t``,
+an object-store sync) that lands after newer ones. :class:`LateFiles` finds such files between batches and sets
+their modification time to now (``os.utime``, the content untouched), so that the next batch takes them; each is
+logged by name with its old time.
+
+Why this is safe (a file is never taken twice):
+
+* only a file whose modification time is older than the horizon is touched, and the horizon is read from the
+  source's own log (the newest time it holds, less ``max_file_age``): never later than the horizon Spark applies,
+  so Spark would skip the file at every listing. A file in Spark's cache of listed files (a backlog) was newer
+  than the horizon when listed and stays so: files are taken oldest first, so the horizon never passes them;
+* a file the log holds (taken, in any batch ever) is never touched. Spark forgets a taken file from memory once it
+  is older than the horizon, but never from its log, which is what is checked;
+* the log is read in full only when a file could need it: a file that landed (its status-change time, set by the
+  rename or copy into ``data/``) since the last look, with a modification time older than the horizon. A
+  ``chmod -R`` over the landing zone makes every file such a candidate once: all are found in the log, none is
+  touched.
+
+Stdlib only; the writer's driver calls :meth:`LateFiles.rescue` before its stream starts and every trigger interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from laketide.config import StreamConfig
+from laketide.errors import CheckpointFormatError
+from laketide.ingest.inspection import Landed, landed_files
+from laketide.ingest.landing import data_dir
+from laketide.lake.checkpoint_log import check_format, file_name, log_files, source_entries, source_log
+
+log = logging.getLogger("laketide.ingest.late_files")
+
+#: how far before the last look a file's status-change time may lie and still count as landed since (clock and
+#: file-system timestamp granularity)
+SLACK_MS = 2_000
+
+
+@dataclass
+class SourceHorizon:
+    """The newest modification time in the file source's log, read incrementally (each log file once)."""
+
+    checkpoint: Path
+    newest_ms: int | None = None
+    _read: set[str] = field(default_factory=set)
+
+    def refresh(self) -> int | None:
+        """The newest modification time of a taken file (None: the source has taken nothing yet)."""
+        present = log_files(source_log(self.checkpoint))
+        for path in present:
+            if path.name in self._read:
+                continue
+            for line in check_format(path):
+                if line.strip():
+                    stamp = int(json.loads(line)["timestamp"])
+                    self.newest_ms = stamp if self.newest_ms is None else max(self.newest_ms, stamp)
+            self._read.add(path.name)
+        self._read &= {p.name for p in present}  # Spark deletes log files once compacted: forget them too
+        return self.newest_ms
+
+
+@dataclass
+class LateFiles:
+    """The late-file rescue of one stream's writer (see the module docstring)."""
+
+    stream: StreamConfig
+    horizon: SourceHorizon = field(init=False)
+    #: files that landed before this (ms since the epoch, less ``SLACK_MS``) have been looked at
+    looked_until_ms: int = 0
+
+    def __post_init__(self) -> None:
+        self.horizon = SourceHorizon(self.stream.checkpoint_path)
+
+    def candidates(self, files: list[Landed], horizon_ms: int) -> list[Landed]:
+        """Files Spark's source will skip if it never took them: older than the horizon, landed since the last look."""
+        since = self.looked_until_ms - SLACK_MS
+        return [f for f in files if f.mtime_ms < horizon_ms and f.landed_ms >= since]
+
+    def rescue(self) -> list[str]:
+        """Set the modification time of every landed file the source would skip for ever to now; return their names.
+
+        A checkpoint log in an unknown format, or a file that cannot be touched (a read-only landing zone), is
+        logged and left: the file then stays pending, and the close's verification names it."""
+        started_ms = int(time.time() * 1000)
+        try:
+            newest = self.horizon.refresh()
+        except (CheckpointFormatError, OSError, ValueError, KeyError) as exc:
+            log.error("stream %s: cannot read the file source's log in %s (%s): files landed with an old "
+                      "modification time are not looked for", self.stream.name, self.stream.checkpoint_path, exc)
+            return []
+        if newest is None:  # nothing taken yet: Spark's horizon is 0, it skips no file
+            return []
+        horizon_ms = newest - int(self.stream.max_file_age.total_seconds() * 1000)
+        candidates = self.candidates(landed_files(self.stream.landing_path), horizon_ms)
+        rescued: list[str] = []
+        if candidates:
+            wanted = {f.name for f in candidates}
+            taken = {file_name(e) for e in source_entries(self.stream.checkpoint_path) if file_name(e) in wanted}
+            now_ns = time.time_ns()
+            folder = data_dir(self.stream.landing_path)
+            for f in candidates:
+                if f.name in taken:
+                    continue
+                path = folder / f.name
+                try:
+                    os.utime(path, ns=(path.stat().st_atime_ns, now_ns))
+                except OSError as exc:
+                    log.error("stream %s: landing file %s has a modification time (%s) older than the file source "
+                              "remembers (max_file_age %s behind its newest file) and could not be refreshed (%s): "
+                              "it will not be ingested; touch it by hand", self.stream.name, f.name,
+                              _iso(f.mtime_ms), self.stream.max_file_age, exc)
+                    continue
+                rescued.append(f.name)
+                log.warning("stream %s: landing file %s landed with a modification time of %s, older than the file "
+                            "source remembers (max_file_age %s behind its newest file, which would skip it for ever): "
+                            "its modification time is now the time it is read, and the next batch ingests it",
+                            self.stream.name, f.name, _iso(f.mtime_ms), self.stream.max_file_age)
+        self.looked_until_ms = started_ms
+        return rescued
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+def file_source_options(stream: StreamConfig) -> dict[str, str]:
+    """The options of the writer's file source that this module's reasoning depends on."""
+    return {"maxFileAge": f"{int(stream.max_file_age.total_seconds() * 1000)}ms", "latestFirst": "false"}
+

@@ -1,0 +1,77 @@
+"""The late-file rescue against a checkpoint log written as Spark writes it (no Spark): a file landed with a
+modification time older than the file source's horizon is refreshed, once; a file the source took, however old,
+is never touched (a ``chmod -R`` makes every file look newly landed); nothing happens before the source has taken
+a file. The end-to-end case (the real writer ingests a 30-day-old file) is in ``tests/test_edges.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from laketide.ingest.landing import data_dir
+from laketide.ingest.late_files import LateFiles, file_source_options
+from tests.helpers import load, write_config
+
+DAY_MS = 86_400_000
+
+
+def source_log(checkpoint: Path, batch: int, entries: list[tuple[Path, int]], compact: bool = False) -> None:
+    folder = checkpoint / "sources" / "0"
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = [json.dumps({"path": p.resolve().as_uri(), "timestamp": ts, "batchId": batch}) for p, ts in entries]
+    lines = ["v1", *entry]
+    (folder / (f"{batch}.compact" if compact else str(batch))).write_text("\n".join(lines))
+
+
+def landed(folder: Path, name: str, mtime_ms: int) -> Path:
+    path = folder / name
+    path.write_text('{"a": 1}\n')
+    os.utime(path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+    return path
+
+
+def test_only_files_the_source_would_skip_for_ever_are_refreshed(tmp_path: Path) -> None:
+    stream = load(write_config(tmp_path, max_file_age="7d")).stream("clicks")
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    late = LateFiles(stream)
+    fresh = landed(folder, "20261122T03-p-00000001-0123abcd.jsonl", now - 60_000)
+    assert late.rescue() == []  # the source has taken nothing: it skips nothing
+    old_taken = landed(folder, "20261022T03-p-00000000-0123abcd.jsonl", now - 40 * DAY_MS)
+    source_log(stream.checkpoint_path, 9, [(old_taken, now - 40 * DAY_MS)], compact=True)
+    source_log(stream.checkpoint_path, 10, [(fresh, now - 60_000)])
+    copied = landed(folder, "20261025T03-p-00000002-0123abcd.jsonl", now - 30 * DAY_MS)  # cp -p, after newer ones
+    recent = landed(folder, "20261120T03-p-00000003-0123abcd.jsonl", now - 3 * DAY_MS)  # inside the horizon
+
+    assert late.rescue() == [copied.name]
+    assert abs(copied.stat().st_mtime_ns // 1_000_000 - now) < 60_000  # now: the next listing takes it
+    assert old_taken.stat().st_mtime_ns // 1_000_000 == now - 40 * DAY_MS  # taken (in the log): never touched
+    assert recent.stat().st_mtime_ns // 1_000_000 == now - 3 * DAY_MS  # Spark takes it as it is
+    assert late.rescue() == []  # once
+
+    # a chmod -R: every file's status changes (looks newly landed); the taken ones are found in the log
+    time.sleep(0.01)
+    for path in (old_taken, fresh, recent):
+        os.chmod(path, 0o640)
+    assert late.rescue() == []
+    assert old_taken.stat().st_mtime_ns // 1_000_000 == now - 40 * DAY_MS
+
+
+def test_an_unreadable_log_leaves_the_files_alone(tmp_path: Path) -> None:
+    stream = load(write_config(tmp_path)).stream("clicks")
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    copied = landed(folder, "20261025T03-p-00000002-0123abcd.jsonl", now - 30 * DAY_MS)
+    (stream.checkpoint_path / "sources" / "0").mkdir(parents=True)
+    (stream.checkpoint_path / "sources" / "0" / "0").write_text("v2\n{}")  # another Spark's format
+    assert LateFiles(stream).rescue() == []
+    assert copied.stat().st_mtime_ns // 1_000_000 == now - 30 * DAY_MS
+
+
+def test_the_source_options_follow_the_configuration(tmp_path: Path) -> None:
+    stream = load(write_config(tmp_path, max_file_age="30d")).stream("clicks")
+    assert file_source_options(stream) == {"maxFileAge": f"{30 * DAY_MS}ms", "latestFirst": "false"}
