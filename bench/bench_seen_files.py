@@ -1,0 +1,208 @@
+"""Benchmark: what remembering landed files costs the writer over a long run, and the late-file rescue at scale.
+
+A stream that runs for months lands hundreds of thousands of files. Spark's file source remembers the files it
+has read, in the writer's memory (its "seen files" map) for ``max_file_age`` behind the newest one, and in its
+checkpoint log for ever. This lands ``--files`` small files (default 300,000, one event each) whose modification
+times are spread over ``--days`` (default 90: one file every 26 s, a long-running producer), then runs the real
+writer (``laketide.ingest.runner.run_held`` in continuous mode, its own SparkSession) over them once per
+``max_file_age`` (default ``7d`` and ``36500d``, i.e. "remember everything"), each in a fresh process, and
+prints side by side:
+
+* the entries of Spark's seen-files map once everything is committed (read through py4j from the running
+  query's file source), the JVM heap in use after a full GC, and the JVM's peak resident memory;
+* the checkpoint's file-source log on disk;
+* the late-file rescue at that scale: a file of 30 days ago, landed after all the others with its old time
+  (``cp -p``), must be ingested, and the time of one look (``LateFiles.rescue``: a listing with a ``stat`` per
+  file) is printed.
+
+Run from the repository root (it takes a while: Spark reads every file)::
+
+    .venv/bin/python bench/bench_seen_files.py                         # 300,000 files over 90 days
+    .venv/bin/python bench/bench_seen_files.py --files 30000 --days 30  # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=300_000)
+    parser.add_argument("--days", type=int, default=90)
+    parser.add_argument("--ages", default="7d,36500d", help="max_file_age values, comma-separated")
+    parser.add_argument("--files-per-trigger", type=int, default=5000)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one writer, print JSON
+    return parser.parse_args(argv)
+
+
+def land(landing: Path, files: int, days: int) -> None:
+    """``files`` one-event files with their audit records (the contract's names and records; written directly,
+    without the contract's fsyncs, to land them fast), modification times spread evenly over ``days``."""
+    from laketide.ingest.landing import AUDIT_VERSION, audit_dir, audit_name, data_dir, partition_key
+
+    data, audits = data_dir(landing), audit_dir(landing)
+    data.mkdir(parents=True)
+    audits.mkdir(parents=True)
+    end = datetime.now(UTC) - timedelta(hours=1)
+    step = timedelta(days=days) / files
+    for i in range(files):
+        at = end - (files - i) * step
+        hour = partition_key(at)
+        name = f"{at:%Y%m%dT%H}-long-{i:08d}-{i % 0xFFFFFFFF:08x}.jsonl"
+        (audits / audit_name(name)).write_text(json.dumps({
+            "version": AUDIT_VERSION, "stream": "clicks", "file": name, "producer": "long", "records": 1,
+            "partitions": {hour: 1}, "produced_at": at.isoformat()}))
+        path = data / name
+        path.write_text(json.dumps({"event_id": f"e{i}", "event_time": at.isoformat(), "user_id": i,
+                                    "page": "/p"}) + "\n")
+        os.utime(path, (at.timestamp(), at.timestamp()))
+
+
+def jvm_rss(pid: int) -> int:
+    """Resident memory (bytes) of the JVM child of process ``pid`` (the py4j gateway's java), 0 if none."""
+    import psutil
+
+    children = [c for c in psutil.Process(pid).children(recursive=True) if "java" in c.name()]
+    return max((c.memory_info().rss for c in children), default=0)
+
+
+def run_one(spec: str) -> None:
+    """In a fresh process: the real writer over the landed files with one max_file_age; print the figures."""
+    from laketide.ingest import runner
+    from laketide.ingest.late_files import LateFiles
+    from laketide.lake.spark import build_session
+    from tests.helpers import load
+
+    options = json.loads(spec)
+    config = load(Path(options["config"]))
+    stream = config.stream("clicks")
+    spark = build_session(config, "laketide-bench-seen-files", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.5):
+            peak[0] = max(peak[0], jvm_rss(os.getpid()))
+
+    threading.Thread(target=sample, daemon=True).start()
+    from laketide.ingest.tables import ensure_tables
+
+    ensure_tables(spark, config, stream)
+    started = time.perf_counter()
+    query = runner.start(spark, config, stream, "continuous")
+    total = options["files"]
+
+    def committed() -> int:
+        from laketide.close.reconcile import source_positions
+        from laketide.lake.catalog import load_catalog
+
+        try:
+            return len(source_positions(load_catalog(config.catalog).load_table(stream.table)))
+        except Exception:
+            return 0
+
+    while committed() < total:
+        time.sleep(2)
+    ingest_s = time.perf_counter() - started
+    source = query._jsq.streamingQuery().sources().apply(0)  # the FileStreamSource (py4j, internal)
+    seen = int(source.seenFiles().size())
+    runtime = spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+    spark._jvm.java.lang.System.gc()  # type: ignore[union-attr]
+    time.sleep(1)
+    heap = int(runtime.totalMemory() - runtime.freeMemory())
+    # the late file: 30 days old, landed after everything else was read
+    late = LateFiles(stream)
+    late.rescue()  # the first look reads the whole log (as after a restart)
+    from laketide.ingest.landing import publish
+
+    at = datetime.now(UTC) - timedelta(days=30)
+    line = json.dumps({"event_id": "late", "event_time": at.isoformat(), "user_id": 1, "page": "/late"})
+    path = publish(stream.landing_path, [line], at.replace(minute=0, second=0, microsecond=0).isoformat(),
+                   "archive", 0, "clicks")
+    os.utime(path, (at.timestamp(), at.timestamp()))
+    look = time.perf_counter()
+    rescued = late.rescue()
+    look_s = time.perf_counter() - look
+    deadline = time.monotonic() + 300
+    while committed() < total + 1 and time.monotonic() < deadline:
+        time.sleep(2)
+    query.stop()
+    stop.set()
+    log = sum(p.stat().st_size for p in (stream.checkpoint_path / "sources" / "0").iterdir())
+    print(json.dumps({"seen": seen, "heap": heap, "peak_rss": peak[0], "ingest_s": ingest_s, "log_bytes": log,
+                      "rescued": rescued == [path.name], "late_ingested": committed() == total + 1,
+                      "look_s": look_s}))
+    spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        run_one(args.one)
+        return 0
+    from tests.helpers import config_env, write_config
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="laketide-bench-seen-"))
+    try:
+        landing = workdir / "landing"
+        if not (landing / "data").is_dir():
+            t0 = time.perf_counter()
+            land(landing, args.files, args.days)
+            print(f"landed {args.files:,} files over {args.days} days in {time.perf_counter() - t0:.0f}s", flush=True)
+        results = {}
+        for age in args.ages.split(","):
+            home = workdir / f"run-{age}"
+            shutil.rmtree(home, ignore_errors=True)
+            copy = home / "landing"
+            shutil.copytree(landing, copy, copy_function=shutil.copy2)  # keeps the modification times
+            config = write_config(home, landing_path=str(copy), max_file_age=age, trigger_interval="5s",
+                                  max_files_per_trigger=args.files_per_trigger,
+                                  idle_window="60s")
+            spec = json.dumps({"config": str(config), "files": args.files})
+            done = subprocess.run([sys.executable, __file__, "--one", spec], env=config_env(config),
+                                  capture_output=True, text=True, check=False)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            if done.returncode != 0 or not lines:
+                print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
+                return 1
+            results[age] = json.loads(lines[-1])
+            shutil.rmtree(copy / "data", ignore_errors=True)
+            print(f"max_file_age {age}: {results[age]}", flush=True)
+        mib = 1024 * 1024
+        print(f"\n{args.files:,} files over {args.days} days, {args.files_per_trigger} files per trigger")
+        print(f"{'max_file_age':>14} {'seen map':>10} {'heap MiB':>9} {'peak RSS MiB':>13} {'log MiB':>8} "
+              f"{'ingest s':>9} {'one look s':>11}  late file")
+        for age, r in results.items():
+            print(f"{age:>14} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
+                  f"{r['log_bytes'] / mib:>8.1f} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
+                  f"{'rescued and ingested' if r['rescued'] and r['late_ingested'] else 'LOST'}")
+        ages = list(results)
+        if len(ages) == 2:
+            a, b = results[ages[0]], results[ages[1]]
+            print(f"seen map {ages[0]} / {ages[1]}: {a['seen'] / max(b['seen'], 1):.2f}x; "
+                  f"heap {a['heap'] / max(b['heap'], 1):.2f}x")
+        return 0 if all(r["rescued"] and r["late_ingested"] for r in results.values()) else 1
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
