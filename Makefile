@@ -39,7 +39,7 @@ reconcile: ## Per-partition report of the running quickstart: audit == lake + re
 status: ## Latest state of every hour (open, complete, empty, gap, verified, closed, reopened) and each table's health
 	@$(VENV)/python -m laketide.close.status
 
-clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars
-	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars -exec rm -rf {} + 2>/dev/null || true
+clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars and the tests' JVM archive
+	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars ! -name jvm -exec rm -rf {} + 2>/dev/null || true
 
 .PHONY: help setup jars run test lint bench submit reconcile status clean

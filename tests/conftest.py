@@ -30,7 +30,18 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from laketide.lake.jars import provision  # noqa: E402
-from tests.helpers import JARS_DIR  # noqa: E402
+from tests.helpers import JARS_DIR, JAVA_OPTIONS_ENV  # noqa: E402
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Every Spark JVM of the suite starts with the options of ``tests/jvm.py`` (their class-data-sharing archive
+    is built here once per machine and class path; each test worker waits for the one that builds it)."""
+    from tests.jvm import ensure_archive, java_options
+
+    if JAVA_OPTIONS_ENV not in os.environ:
+        provision(JARS_DIR)
+        ensure_archive(JARS_DIR)
+        os.environ[JAVA_OPTIONS_ENV] = java_options(JARS_DIR)
 
 
 @pytest.fixture(scope="session")

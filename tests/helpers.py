@@ -16,6 +16,8 @@ import yaml
 from laketide.config import REPO_ROOT, LaketideConfig, load_config
 
 JARS_DIR = REPO_ROOT / ".laketide" / "jars"
+#: the Spark JVM options of the test suite's configurations (set by tests/conftest.py, see tests/jvm.py)
+JAVA_OPTIONS_ENV = "LAKETIDE_TEST_JAVA_OPTIONS"
 WRITER = REPO_ROOT / "spark_jobs" / "ingest_stream.py"
 
 STREAM_FIELDS = {
@@ -29,11 +31,14 @@ STREAM_FIELDS = {
 }
 
 
-def write_config(home: Path, catalog_name: str = "laketide", **stream_overrides: Any) -> Path:
+def write_config(home: Path, catalog_name: str = "laketide", java_options: str | None = None,
+                 **stream_overrides: Any) -> Path:
     """A laketide configuration in ``home`` (SQLite catalog, local warehouse, one stream 'clicks').
 
     ``catalog_name``: the Spark/Iceberg catalog name. A module that adds its own catalog to the test process's one
-    SparkSession needs a name of its own: Spark keeps a catalog it has loaded under its name."""
+    SparkSession needs a name of its own: Spark keeps a catalog it has loaded under its name.
+    ``java_options``: the Spark JVMs' options (default: the suite's, ``$LAKETIDE_TEST_JAVA_OPTIONS``, see
+    ``tests/jvm.py``)."""
     stream = {
         "name": "clicks",
         "landing_path": "{home}/landing/clicks",
@@ -50,13 +55,15 @@ def write_config(home: Path, catalog_name: str = "laketide", **stream_overrides:
         "fields": STREAM_FIELDS,
     }
     stream.update(stream_overrides)
+    java = os.environ.get(JAVA_OPTIONS_ENV, "") if java_options is None else java_options
     raw = {
         "home": str(home),
         "catalog": {"name": catalog_name, "uri": "sqlite:///{home}/catalog.db", "warehouse": "file://{home}/warehouse"},
         "spark": {
             "master": "local[2]",
             "jars_dir": str(JARS_DIR),
-            "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+            "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                     **({"spark.driver.extraJavaOptions": java} if java else {})},
         },
         "streams": [stream],
     }

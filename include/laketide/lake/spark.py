@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J = REPO_ROOT / "conf" / "log4j2.properties"
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def spark_conf(config: LaketideConfig) -> dict[str, str]:
@@ -31,7 +32,6 @@ def spark_conf(config: LaketideConfig) -> dict[str, str]:
         f"{prefix}.cache-enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
     }
     for key, value in jdbc_properties(config.catalog).items():
         conf[f"{prefix}.{key}"] = value
@@ -40,6 +40,9 @@ def spark_conf(config: LaketideConfig) -> dict[str, str]:
     else:
         conf["spark.jars"] = ",".join(str(p) for p in jar_set(config.spark.jars_dir).all)
     conf.update(config.spark.conf)
+    # JVM options of the configuration come after laketide's logging setup, not instead of it
+    given = config.spark.conf.get(JAVA_OPTIONS)
+    conf[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J}" + (f" {given}" if given else "")
     return conf
 
 
