@@ -18,8 +18,11 @@ jars: ## Provision the Iceberg/Jackson/JDBC jars for Spark (idempotent, no Maven
 run: setup ## Run laketide on embedded defaults: Airflow standalone + sample producer + continuous writer
 	@scripts/run.sh
 
-test: setup lint ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow)
-	@$(VENV)/pytest -q
+test: setup lint ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow) on two workers
+	@$(VENV)/pytest -q -n 2 --dist loadfile
+
+test-fast: setup ## The quick inner loop: pure and unit tests and the cheapest real-Spark ones (not -m slow)
+	@$(VENV)/pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: ## ruff and mypy
 	@$(VENV)/ruff check .
@@ -42,4 +45,4 @@ status: ## Latest state of every hour (open, complete, empty, gap, verified, clo
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars and the tests' JVM archive
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars ! -name jvm -exec rm -rf {} + 2>/dev/null || true
 
-.PHONY: help setup jars run test lint bench submit reconcile status clean
+.PHONY: help setup jars run test test-fast lint bench submit reconcile status clean

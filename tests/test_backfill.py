@@ -37,19 +37,18 @@ H = [H0 + timedelta(hours=i) for i in range(3)]
 
 
 @pytest.fixture(scope="module")
-def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
-    """Three hours with malformed and late lines, ingested by the real writer; one Spark session on its catalog."""
-    from laketide.lake.spark import build_session
+def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """Three hours with malformed and late lines, ingested by the real writer; the test process's Spark session
+    pointed at its catalog (a name of its own: Spark keeps a catalog it has loaded under its name)."""
+    from laketide.lake.spark import use_catalog
 
     home = tmp_path_factory.mktemp("backfill")
-    config_path = write_config(home, max_files_per_trigger=3)
+    config_path = write_config(home, catalog_name="backfill", max_files_per_trigger=3)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "400", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--late-ratio", "0.05", "--late-by", "40m", "--seed", "31")
     assert run_writer(config_path) == 0, writer_log(config_path)
-    spark = build_session(load(config_path), "laketide-backfill-tests", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
-    yield config_path, spark
-    spark.stop()
+    use_catalog(spark, load(config_path))
+    return config_path, spark
 
 
 def table_rows(config: Any, table: str) -> list[tuple[Any, ...]]:

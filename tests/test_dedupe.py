@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,8 +36,8 @@ def resend(config_path: Path, hour: str, seq: int) -> None:
         publish(stream.landing_path, lines, hour, "resender", seq + i, "clicks")
 
 
-def test_resent_files_add_no_row_and_reconcile(jars: Path, tmp_path: Path) -> None:
-    config_path = write_config(tmp_path, dedupe_on_write=True, max_files_per_trigger=4)
+def test_resent_files_add_no_row_and_reconcile(spark: Any, tmp_path: Path) -> None:
+    config_path = write_config(tmp_path, catalog_name="dedupe", dedupe_on_write=True, max_files_per_trigger=4)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "300", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--seed", "51")
     # lands before the first run: ingested after the originals by the same writer, in later batches (several
@@ -68,17 +69,14 @@ def test_resent_files_add_no_row_and_reconcile(jars: Path, tmp_path: Path) -> No
     assert "duplicate(s) dropped" in writer_log(config_path)
 
     # a backfill of the re-sent hour re-reads every file, re-sent ones too, and drops the same duplicates
-    from laketide.lake.spark import build_session
+    from laketide.lake.spark import use_catalog
     from laketide.redo import backfill as bf
     from laketide.redo.overwrite import check_against_table, table_facts, validate_request
 
-    spark = build_session(config, "laketide-dedupe-tests", master="local[2]")
-    try:
-        request = validate_request(config, "backfill", "clicks", H[0], H[1], False, "tester")
-        check_against_table(request, table_facts(config, stream))
-        outcome = bf.backfill(spark, config, request, bf.prepare(config, request))
-    finally:
-        spark.stop()
+    use_catalog(spark, config)  # the test process's session, on this lake's catalog (a name of its own)
+    request = validate_request(config, "backfill", "clicks", H[0], H[1], False, "tester")
+    check_against_table(request, table_facts(config, stream))
+    outcome = bf.backfill(spark, config, request, bf.prepare(config, request))
     change = outcome.hours[H[0].isoformat()]
     assert change.rows_before == change.rows_after == first[H[0].isoformat()].lake
     assert change.duplicates_removed == first[H[0].isoformat()].lake

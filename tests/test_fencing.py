@@ -183,16 +183,19 @@ def test_a_commit_from_a_stale_marker_is_fenced_and_changes_nothing(spark: objec
     from laketide.ingest.tables import ensure_tables
     from laketide.ingest.writer import BatchWriter
     from laketide.lake.commits import summary_properties
+    from laketide.lake.spark import use_catalog
     from tests.helpers import write_config
 
-    config = load(write_config(tmp_path, table="fence.events", rejects_table="fence.rejects"))
+    # a catalog of its own, in the test process's one session (Spark keeps a catalog it has loaded under its name)
+    config = load(write_config(tmp_path, catalog_name="fence", table="fence.events", rejects_table="fence.rejects"))
+    use_catalog(spark, config)  # type: ignore[arg-type]
     stream = config.stream("clicks")
     ensure_tables(spark, config, stream)  # type: ignore[arg-type]
     writer = BatchWriter(config, stream)
     iceberg = writer.iceberg(spark)  # type: ignore[arg-type]
 
     def table() -> object:
-        return iceberg.table("laketide.fence.events")
+        return iceberg.table("fence.fence.events")
 
     def props(batch: int) -> dict[str, str]:
         return summary_properties(stream.writer_id, batch, [], {})
@@ -226,17 +229,21 @@ def test_a_public_commit_from_a_stale_marker_is_fenced_and_changes_nothing(spark
     from laketide.ingest import public_sink
     from laketide.ingest.tables import ensure_tables
     from laketide.lake.commits import summary_properties
+    from laketide.lake.spark import use_catalog
     from tests.helpers import write_config
 
-    config = load(write_config(tmp_path, table="pfence.events", rejects_table="pfence.rejects"))
+    config = load(write_config(tmp_path, catalog_name="pfence", table="pfence.events",
+                               rejects_table="pfence.rejects"))
+    use_catalog(spark, config)  # type: ignore[arg-type]
     stream = config.stream("clicks")
     ensure_tables(spark, config, stream)  # type: ignore[arg-type]
     api = public_sink.PublicIceberg(spark)  # type: ignore[arg-type]
-    name = "laketide.pfence.rejects"
+    name = "pfence.pfence.rejects"
 
     def rows(batch: int) -> object:
         return spark.sql(  # type: ignore[attr-defined]
-            f"SELECT 'x' AS raw, 'r' AS reason, 'f{batch}' AS source_file, CAST(NULL AS TIMESTAMP) AS event_hour, "
+            f"SELECT 'x' AS raw, CAST(NULL AS BINARY) AS raw_bytes, 'r' AS reason, 'f{batch}' AS source_file, "
+            "CAST(NULL AS TIMESTAMP) AS event_hour, "
             f"CAST({batch} AS BIGINT) AS batch_id, 'w' AS writer_id, current_timestamp() AS rejected_at")
 
     def publish(batch: int, expected: object, staged: object = lambda: None) -> int:

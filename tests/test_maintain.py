@@ -19,7 +19,6 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,18 +56,6 @@ def with_catalog(config_path: Path, **maintenance: Any) -> Path:
         raw["maintenance"] = maintenance
     config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return config_path
-
-
-@pytest.fixture(scope="module")
-def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from tests.helpers import write_config
-
-    home = tmp_path_factory.mktemp("maintain-spark")
-    from laketide.lake.spark import build_session
-
-    session = build_session(load(with_catalog(write_config(home))), "laketide-maintain-tests", master="local[2]")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
 
 
 def close_hours(config: LaketideConfig, *hours: datetime) -> None:

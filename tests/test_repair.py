@@ -9,7 +9,6 @@ The tests of this module share one lake and run in order.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,13 @@ H = [H0 + timedelta(hours=i) for i in range(3)]
 
 
 @pytest.fixture(scope="module")
-def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """Three hours ingested; then the first hour's files re-sent under new names and ingested again."""
-    from laketide.lake.spark import build_session
+    from laketide.lake.spark import use_catalog
 
     home = tmp_path_factory.mktemp("repair")
-    # its own catalog name: the test process may already hold a SparkSession whose 'laketide' catalog is another
-    # test's (getOrCreate returns that session, and Spark keeps a catalog it has loaded under its name)
+    # its own catalog name: the test process's one SparkSession serves every module (Spark keeps a catalog it has
+    # loaded under its name)
     config_path = write_config(home, catalog_name="repair", max_files_per_trigger=3)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "300", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--seed", "41")
@@ -55,14 +54,8 @@ def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         lines = [line for line in path.read_bytes().splitlines() if line.strip()]
         publish(stream.landing_path, lines, START, "resender", 900 + seq, "clicks")
     assert run_writer(config_path) == 0, writer_log(config_path)
-    from pyspark.sql import SparkSession
-
-    shared = SparkSession.getActiveSession()
-    spark = build_session(config, "laketide-repair-tests", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
-    yield config_path, spark
-    if shared is None:  # never stop the session other modules share
-        spark.stop()
+    use_catalog(spark, config)
+    return config_path, spark
 
 
 def run(config: Any, spark: Any, dry_run: bool = False) -> Any:
