@@ -34,15 +34,18 @@ bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks), st
 	@$(VENV)/python bench/bench_maintain.py
 
 submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental"
-	@$(VENV)/laketide-submit $(JOB) $(ARGS)
+	@./laketide submit $(JOB) $(ARGS)
 
-reconcile: ## Per-partition report of the running quickstart: audit == lake + rejects
-	@$(VENV)/python -m laketide.close.reconcile
+reconcile: ## Per-hour report: audit == lake + rejects (exits 1 only for a mismatch, duplicates or a blocking file)
+	@./laketide reconcile
 
-status: ## Latest state of every hour (open, complete, empty, gap, verified, closed, reopened) and each table's health
-	@$(VENV)/python -m laketide.close.status
+status: ## Every hour's state (the hours being written too) and each table's health
+	@./laketide status
+
+snapshots: ## The snapshot timeline of each stream's events table (the ids a redo returns to)
+	@./laketide snapshots
 
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars and the tests' JVM archive
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars ! -name jvm -exec rm -rf {} + 2>/dev/null || true
 
-.PHONY: help setup jars run test test-fast lint bench submit reconcile status clean
+.PHONY: help setup jars run test test-fast lint bench submit reconcile status snapshots clean

@@ -9,7 +9,8 @@ so), each recorded in the maintenance record (`make status` shows the age of the
 * **laketide_maintain_after_close**: runs when hours close (the closed-partition Assets; several closes
   are batched into one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
 * **laketide_maintain_daily**: `expire_snapshots` (every writer's newest marker is kept) and
-  `remove_orphan_files` (files older than `orphan_age`, never less than a day).
+  `remove_orphan_files` (files older than `orphan_age`, never less than a day), on the tables due for them by
+  their metadata (nothing due, e.g. a fresh installation: the run stops before Spark).
 * **laketide_maintain_thresholds**: hourly, from metadata only: a table with a closed hour holding more small
   data files than `max_small_files`, more manifests than `max_manifests` or more snapshots than
   `max_snapshots` gets `rewrite_data_files` / `rewrite_manifests` / `expire_snapshots` at once (nothing due:
@@ -104,7 +105,22 @@ with DAG(
     tags=_TAGS,
     default_args=_DEFAULT_ARGS,
 ) as daily:
-    _submit("expire_snapshots,remove_orphan_files")
+
+    @task.short_circuit
+    def due_daily() -> dict[str, str] | None:
+        """Tables due for expiry or orphan removal (metadata only); none, e.g. on a fresh installation whose
+        first run comes at once: the run ends here, no Spark application beside the writer's first batches."""
+        from laketide.maintain.health import DAILY_ACTIONS
+        from laketide.maintain.health import due_daily as due
+
+        tables = due(airflow_config())
+        if not tables:
+            return None
+        actions = [a for a in DAILY_ACTIONS if any(a in wanted for wanted in tables.values())]
+        return {"table": ",".join(tables), "actions": ",".join(actions)}
+
+    due_daily() >> _submit("{{ ti.xcom_pull(task_ids='due_daily')['actions'] }}",
+                           "{{ ti.xcom_pull(task_ids='due_daily')['table'] }}")
 
 _assets = [closed_partitions_asset(_config, s) for s in _config.streams]
 with DAG(

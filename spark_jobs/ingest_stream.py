@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", required=True, help="stream name from the configuration")
     parser.add_argument("--mode", choices=["continuous", "incremental"], default="continuous")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from laketide import logs
+
+    logs.setup()
     try:
         config = get_config()
         stream = config.stream(args.stream)

@@ -13,7 +13,6 @@ and is not an error), 1 an action failed, 2 bad arguments or configuration.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import uuid
 
@@ -29,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="plan and count, change nothing (the default: pass --dry-run false to maintain)")
     parser.add_argument("--run-id", default=None, help="recorded with every action (default: a new id)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from laketide import logs
+
+    logs.setup()
     from laketide.errors import MaintenanceRequestError
     from laketide.maintain.plan import validate_request
 

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", default=None, help="who asked (default: the OS user)")
     parser.add_argument("--wait", type=float, default=900.0, help="seconds to wait for the writer to stop")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from laketide import logs
+
+    logs.setup()
     from laketide.redo.job import run
     from laketide.redo.params import validate
 

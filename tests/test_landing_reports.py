@@ -147,6 +147,6 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
 def test_partition_status_names_pending_and_reported_files() -> None:
     from laketide.close.reconcile import PartitionCounts
 
-    assert PartitionCounts("p", 5, 3, 0, pending=1).status.startswith("PENDING")
+    assert PartitionCounts("p", 5, 3, 0, pending=1).status.startswith("pending")
     assert PartitionCounts("p", 5, 3, 0, reported=2).status == "MISMATCH (see 2 reported file(s))"
     assert PartitionCounts("p", 5, 5, 0, reported=2).status == "ok"

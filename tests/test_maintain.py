@@ -104,6 +104,15 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert all(before[h] >= 2 for h in closed), before
     close_hours(config, *closed)
 
+    # the daily run's check, from metadata: a young lake is due for nothing (a fresh quickstart starts no
+    # maintenance beside its first batches); 9 hours later expiry is due, a day later orphan removal too
+    from laketide.maintain.health import due_daily
+
+    assert due_daily(config) == {}
+    now = datetime.now(UTC)
+    assert due_daily(config, now + timedelta(hours=9))[EVENTS] == ["expire_snapshots"]
+    assert due_daily(config, now + timedelta(days=1, hours=1))[EVENTS] == ["expire_snapshots", "remove_orphan_files"]
+
     # dry run: planned, nothing changed
     location = catalog.load_table(EVENTS).metadata_location
     dry = maintain(config, spark, "all", "rewrite_data_files,rewrite_manifests,expire_snapshots", dry_run=True)
@@ -330,8 +339,8 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
     after_close = dagbag.dags["laketide_maintain_after_close"]
     assert "iceberg://laketide/lake/clicks" in str(after_close.timetable.asset_condition)
     assert after_close.get_task("maintain").job_args[3] == "rewrite_data_files,rewrite_manifests"
-    assert dagbag.dags["laketide_maintain_daily"].get_task("maintain").job_args[3] == \
-        "expire_snapshots,remove_orphan_files"
+    daily = dagbag.dags["laketide_maintain_daily"]
+    assert daily.get_task("maintain").upstream_task_ids == {"due_daily"}
 
     config_path = dagbag.config_path
     # the schema refuses an unknown table or action before the run starts
@@ -349,6 +358,10 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
     # nothing past a threshold: the threshold run stops before Spark
     run = dagbag.dags["laketide_maintain_thresholds"].test()
     assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {"due": "success", "maintain": "skipped"}
+    # a fresh installation is due for no daily action: its first run, which Airflow starts at once, stops there
+    run = daily.test()
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {"due_daily": "success",
+                                                                         "maintain": "skipped"}
 
 
 def test_manual_dag_submits_the_maintenance_job(dagbag: Any) -> None:

@@ -7,7 +7,9 @@ The expected count of a partition is ``inspection.Inspection.expected`` (the clo
 same), and every landing file that is neither ingested nor pending is reported by name with its reason
 (``inspection.inspect``, against the source positions in the events table's snapshot summaries).
 
-Run ``python -m laketide.close.reconcile [--stream NAME]`` for a per-partition report.
+Run ``./laketide reconcile [--stream NAME]`` (or ``python -m laketide.close.reconcile``) for a per-partition report;
+it exits 1 only for a problem (a mismatch that no pending file explains, duplicate ids, a blocking reported file),
+0 when every hour adds up or only waits for files the writer has not taken yet.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class PartitionCounts:
         if self.ok:
             return "ok"
         if self.pending:
-            return f"PENDING ({self.pending} file(s) not ingested yet)"
+            return f"pending ({self.pending} file(s) not ingested yet)"
         return "MISMATCH" + (f" (see {self.reported} reported file(s))" if self.reported else "")
 
 
@@ -72,6 +74,17 @@ class Report:
     def ok(self) -> bool:
         return (all(p.ok for p in self.partitions) and not self.duplicate_ids and not self.unattributed_rejects
                 and not any(f.blocking for f in self.findings))
+
+    def problems(self) -> list[str]:
+        """What is wrong, one line each: a mismatch no pending file explains, duplicate ids, rejects of no hour, a
+        blocking reported file. Files still waiting for the writer are no problem (the writer is behind)."""
+        out = [f"{p.partition}: {p.status}" for p in self.partitions if not p.ok and not p.pending]
+        if self.duplicate_ids:
+            out.append(f"{len(self.duplicate_ids)} event id(s) held more than once")
+        if self.unattributed_rejects:
+            out.append(f"{self.unattributed_rejects} rejected line(s) attributed to no hour")
+        out += [f"landing file {f.line()}" for f in self.findings if f.blocking]
+        return out
 
 
 def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[str], dict[str, int], set[str]]:
@@ -191,7 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         for finding in report.findings:
             hours = f" [hours {', '.join(finding.hours)}]" if finding.hours else ""
             print(f"  {'FILE' if finding.blocking else 'note'} {finding.line()}{hours}")
-        ok = ok and report.ok
+        problems = report.problems()
+        if problems:
+            print(f"  PROBLEM: {len(problems)}: " + "; ".join(problems))
+        elif report.pending_files:
+            print(f"  ok so far: {len(report.pending_files)} landed file(s) not ingested yet, which the writer takes "
+                  "in its next batches (normal while it runs); every other count adds up")
+        else:
+            print("  ok: every hour adds up")
+        ok = ok and not problems
     return 0 if ok else 1
 
 

@@ -9,8 +9,9 @@ Columns: ``stream``, ``partition`` (timestamptz, the hour start), ``state`` (a :
 ``recorded_at`` (timestamptz). Partitioned by ``stream`` (identity); pyiceberg merges manifests on append
 (``commit.manifest-merge.enabled``) so reads stay cheap.
 
-Run ``python -m laketide.close.status [--stream NAME] [--all]`` for the latest state of every partition
-(``--all``: every recorded row, oldest first).
+Run ``./laketide status [--stream NAME] [--all]`` (or ``python -m laketide.close.status``) for the latest state of
+every partition and the hours being written (checked now, not recorded), with each table's health (``--all``:
+every recorded row, oldest first).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from laketide.close.partitions import State
-from laketide.config import LaketideConfig, get_config
+from laketide.close.partitions import PartitionStatus, State
+from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError, StatusRecordError
-from laketide.ingest.landing import hour_start
+from laketide.ingest.landing import HOUR, hour_start
 from laketide.lake.catalog import load_catalog
 
 if TYPE_CHECKING:
@@ -243,6 +245,29 @@ def latest(config: LaketideConfig, stream: str) -> dict[datetime, StatusRecord]:
     return dict(sorted(newest.items()))
 
 
+#: how far back :func:`being_written` looks for hours no status was recorded for yet
+LOOKBACK = timedelta(hours=6)
+
+
+def being_written(config: LaketideConfig, stream: StreamConfig, recorded: Iterable[datetime],
+                  now: datetime | None = None) -> list[PartitionStatus]:
+    """The hours after the newest recorded one up to the current hour (at most ``LOOKBACK``), checked now from
+    metadata and not recorded: the hour being written with its rows so far and its state (open, lagging, ...)."""
+    from laketide.close.partitions import check_partitions
+
+    now = now or datetime.now(UTC)
+    current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    newest = max(recorded, default=None)
+    first = max(current - LOOKBACK, newest + HOUR) if newest is not None else current - LOOKBACK
+    hours = [first + i * HOUR for i in range(int((current - first) / HOUR) + 1)] if first <= current else []
+    return check_partitions(config, stream, hours, now)
+
+
+def format_live(statuses: list[PartitionStatus]) -> list[str]:
+    return [f"  {_fmt(s.partition):<25} {s.state.value:<9} {s.rows:>8} {'':>8} {'':>8} {_fmt(s.snapshot_id):>20} "
+            f"{'(checked now)':<25} {s.reason}" for s in statuses]
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -281,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(format_table(records)))
             else:
                 print("  no status recorded yet")
+            if not args.all:
+                live = being_written(config, stream, [r.partition for r in records])
+                if live:
+                    if not records:
+                        print("\n".join(format_table([])))
+                    print("\n".join(format_live(live)))
         if not args.stream and not args.all:  # the overview: add each table's health
             from laketide.maintain.health import format_health, health
 

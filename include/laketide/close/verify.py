@@ -34,6 +34,7 @@ from laketide.ingest.inspection import inspect
 from laketide.ingest.landing import HOUR, hour_start, partition_key, read_audits
 from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import duplicates_removed
+from laketide.logs import quiet_libraries
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,6 +159,7 @@ def _ingested_elsewhere(table: Table, files: set[str], snapshot_id: int | None) 
 
 def build_suite(stream: StreamConfig, start: datetime, expected_rows: int) -> ExpectationSuite:
     """The expectations one partition must meet."""
+    quiet_libraries()  # before GX's import, which logs a line per function it does not register
     import great_expectations as gx
     import great_expectations.expectations as gxe
 

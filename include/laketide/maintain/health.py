@@ -210,3 +210,41 @@ def due_by_threshold(config: LaketideConfig) -> dict[str, list[str]]:
         if actions:
             due[target.table] = actions
     return due
+
+
+#: the actions of the daily maintenance run
+DAILY_ACTIONS = ("expire_snapshots", "remove_orphan_files")
+
+
+def due_daily(config: LaketideConfig, now: datetime | None = None) -> dict[str, list[str]]:
+    """The daily actions each table is due for, from metadata only: ``expire_snapshots`` when it holds more than
+    ``min_snapshots`` snapshots and one is older than its ``snapshot_retention``; ``remove_orphan_files`` when its
+    oldest snapshot is older than its ``orphan_age`` (a younger table holds no file that old, so no orphan the
+    action may remove). A fresh installation is due for nothing: no Spark application starts beside the writer's
+    first batches."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    from laketide.maintain.plan import targets
+
+    now = now or datetime.now(UTC)
+    catalog = load_catalog(config.catalog)
+    due: dict[str, list[str]] = {}
+    for target in targets(config):
+        try:
+            table = catalog.load_table(target.table)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            continue
+        policy = config.maintenance.policy(target.table)
+        times = [s.timestamp_ms for s in table.metadata.snapshots]
+        if not times:
+            continue
+        oldest = datetime.fromtimestamp(min(times) / 1000, UTC)
+        actions = []
+        if ("expire_snapshots" in policy.actions and len(times) > policy.min_snapshots
+                and oldest < now - policy.snapshot_retention):
+            actions.append("expire_snapshots")
+        if "remove_orphan_files" in policy.actions and oldest < now - policy.orphan_age:
+            actions.append("remove_orphan_files")
+        if actions:
+            due[target.table] = actions
+    return due

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from typing import Any
 
@@ -42,7 +41,9 @@ def arguments(kind: Kind, argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(kind: Kind, argv: list[str] | None = None) -> int:
     args = arguments(kind, argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from laketide import logs
+
+    logs.setup()
 
     from laketide.config import get_config
     from laketide.errors import ActionFailedError, ActionRequestError, ConfigError

@@ -1,0 +1,193 @@
+"""``laketide``: the one command for people, from a plain shell in the checkout (``./laketide ...``).
+
+    ./laketide status [--stream S] [--all]        every hour's state, the hours being written, table health
+    ./laketide reconcile [--stream S]             audit == lake + rejects per hour (exit 1 only for a problem)
+    ./laketide snapshots [--stream S] [--limit N] the events table's snapshot timeline (ids for a redo)
+    ./laketide submit JOB [ARGS...]               run a Spark job by hand, exactly as Airflow submits it
+    ./laketide redo --stream S (--snapshot-id ID | --at TIME) [--start H --end H] [--apply]
+    ./laketide backfill --stream S --start H --end H [--apply]
+    ./laketide repair --stream S --start H --end H [--apply]
+    ./laketide close --stream S --start H --end H  close a range of past hours (laketide_close_<stream>)
+    ./laketide airflow ARGS...                    any airflow command on the local installation
+
+It finds what it needs by itself: the configuration (``$LAKETIDE_CONFIG``, else ``conf/laketide.yaml``), the
+local state (``$LAKETIDE_HOME``, else the configuration's ``home``), and Airflow's home (``$AIRFLOW_HOME``, else
+``<home>/airflow``, where ``make run`` keeps it). ``redo``, ``backfill`` and ``repair`` trigger their Airflow DAG
+(so the run holds the writer, is recorded and shows in the UI) and are dry runs unless given ``--apply``; their
+params are checked first, and a refused one changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from laketide.config import REPO_ROOT, LaketideConfig, get_config
+from laketide.errors import LaketideError
+
+
+def airflow_env(config: LaketideConfig) -> dict[str, str]:
+    """The environment of an ``airflow`` command on the local installation (the one ``make run`` starts)."""
+    env = dict(os.environ)
+    env.setdefault("AIRFLOW_HOME", str(config.home / "airflow"))
+    env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO_ROOT / "dags"))
+    env.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(REPO_ROOT / "plugins"))
+    env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    env["TZ"] = "UTC"
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def trigger(config: LaketideConfig, dag_id: str, conf: dict[str, Any]) -> int:
+    """Trigger ``dag_id`` with ``conf`` on the local Airflow (``airflow dags trigger``); its exit code."""
+    home = Path(airflow_env(config)["AIRFLOW_HOME"])
+    if not (home / "airflow.db").exists() and not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        print(f"error: no Airflow installation in {home}: start laketide first (make run), or set AIRFLOW_HOME",
+              file=sys.stderr)
+        return 2
+    command = [*shlex.split(os.environ.get("LAKETIDE_AIRFLOW_CLI", "airflow")), "dags", "trigger", dag_id,
+               "--conf", json.dumps(conf)]
+    print(f"==> {shlex.join(command)}", flush=True)
+    return subprocess.run(command, env=airflow_env(config)).returncode
+
+
+def _status(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.close import status
+
+    return status.main([*(["--stream", args.stream] if args.stream else []), *(["--all"] if args.all else [])])
+
+
+def _reconcile(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.close import reconcile
+
+    return reconcile.main(["--stream", args.stream] if args.stream else [])
+
+
+def _snapshots(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.lake.catalog import load_catalog
+    from laketide.lake.timeline import format_timeline, timeline
+
+    streams = [config.stream(args.stream)] if args.stream else config.streams
+    for stream in streams:
+        table = stream.rejects_table if args.rejects else stream.table
+        print(f"stream {stream.name}: {table}, newest first (a redo returns to a snapshot id of this list: "
+              f"./laketide redo --stream {stream.name} --snapshot-id ID)")
+        print("\n".join(format_timeline(timeline(load_catalog(config.catalog), table, args.limit))))
+    return 0
+
+
+def _submit(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.lake import submit
+
+    return submit.main([args.job, *args.job_args])
+
+
+def _redo(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.redo.params import validate
+
+    request = validate(config, args.stream, args.snapshot_id, args.at, args.start, args.end, not args.apply,
+                       "cli", os.environ.get("USER", "unknown"))
+    conf = {"stream": request.stream, "snapshot_id": str(request.snapshot_id), "at": None,
+            "start": args.start, "end": args.end, "dry_run": request.dry_run}
+    return trigger(config, "laketide_redo", conf)
+
+
+def _range_action(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.redo.overwrite import check_against_table, table_facts, validate_request
+
+    request = validate_request(config, args.command, args.stream, args.start, args.end, not args.apply)
+    check_against_table(request, table_facts(config, request.stream))
+    conf = {"stream": request.stream.name, "start": request.start.isoformat(), "end": request.end.isoformat(),
+            "dry_run": request.dry_run}
+    return trigger(config, f"laketide_{args.command}", conf)
+
+
+def _close(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.close.closing import close_range
+    from laketide.errors import RangeError
+
+    try:
+        close_range(args.start, args.end, datetime.now(UTC), config.close.max_range_hours)
+    except RangeError as exc:
+        raise LaketideError(str(exc)) from None
+    stream = config.stream(args.stream)
+    return trigger(config, f"laketide_close_{stream.name}", {"start": args.start, "end": args.end})
+
+
+def _airflow(config: LaketideConfig, args: argparse.Namespace) -> int:
+    command = [*shlex.split(os.environ.get("LAKETIDE_AIRFLOW_CLI", "airflow")), *args.airflow_args]
+    return subprocess.run(command, env=airflow_env(config)).returncode
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="laketide", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    status = commands.add_parser("status", help="every hour's state, the hours being written, table health")
+    status.add_argument("--stream")
+    status.add_argument("--all", action="store_true", help="every recorded state, not only the latest")
+    status.set_defaults(run=_status)
+    reconcile = commands.add_parser("reconcile", help="audit == lake + rejects, per hour")
+    reconcile.add_argument("--stream")
+    reconcile.set_defaults(run=_reconcile)
+    snapshots = commands.add_parser("snapshots", help="the snapshot timeline of a stream's events table")
+    snapshots.add_argument("--stream")
+    snapshots.add_argument("--limit", type=int, default=30)
+    snapshots.add_argument("--rejects", action="store_true", help="the rejects table's instead")
+    snapshots.set_defaults(run=_snapshots)
+    submit = commands.add_parser("submit", help="run a Spark job by hand as Airflow does")
+    submit.add_argument("job", help="a file of spark_jobs/, e.g. ingest_stream.py")
+    submit.add_argument("job_args", nargs=argparse.REMAINDER, help="the job's own arguments")
+    submit.set_defaults(run=_submit)
+    redo = commands.add_parser("redo", help="trigger laketide_redo (a dry run unless --apply)")
+    redo.add_argument("--stream", required=True)
+    redo.add_argument("--snapshot-id", help="the snapshot to return to (./laketide snapshots lists them)")
+    redo.add_argument("--at", help="or: the snapshot current at this time (ISO with offset)")
+    redo.add_argument("--start", help="optional: the first hour the redo may change")
+    redo.add_argument("--end", help="optional: the end of that range (exclusive)")
+    redo.add_argument("--apply", action="store_true", help="change the tables (default: a dry run)")
+    redo.set_defaults(run=_redo)
+    for kind, what in (("backfill", "re-ingest hours from the landing zone"),
+                       ("repair", "remove duplicate event ids from hours")):
+        action = commands.add_parser(kind, help=f"trigger laketide_{kind}: {what} (a dry run unless --apply)")
+        action.add_argument("--stream", required=True)
+        action.add_argument("--start", required=True, help="first hour, e.g. 2026-11-22T03:00:00+00:00")
+        action.add_argument("--end", required=True, help="first hour after the range (exclusive)")
+        action.add_argument("--apply", action="store_true", help="change the tables (default: a dry run)")
+        action.set_defaults(run=_range_action)
+    close = commands.add_parser("close", help="trigger laketide_close_<stream> for a range of past hours")
+    close.add_argument("--stream", required=True)
+    close.add_argument("--start", required=True, help="first hour, e.g. 2012-03-05T00:00:00+00:00")
+    close.add_argument("--end", required=True, help="first hour after the range (exclusive), not in the future")
+    close.set_defaults(run=_close)
+    airflow = commands.add_parser("airflow", help="any airflow command, on the local installation (its home set)")
+    airflow.add_argument("airflow_args", nargs=argparse.REMAINDER, help="e.g. dags list, backfill create ...")
+    airflow.set_defaults(run=_airflow)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    from laketide import logs
+
+    logs.setup(logging.WARNING)
+    args = parser().parse_args(argv)
+    try:
+        config = get_config()
+        code: int = args.run(config, args)
+        return code
+    except LaketideError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

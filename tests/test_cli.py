@@ -1,0 +1,113 @@
+"""``./laketide``, from a plain shell: it finds its virtualenv, configuration and Airflow home by itself; ``status``
+lists the hours being written, ``snapshots`` the ids a redo needs, ``reconcile`` exits 0 when hours only wait for
+the writer; ``redo``, ``backfill`` and ``repair`` check their params first and trigger their DAG as a dry run
+unless told otherwise (here against a stand-in ``airflow`` command that records what it was asked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from laketide.close.reconcile import PartitionCounts, Report
+from laketide.config import REPO_ROOT
+from laketide.ingest.inspection import Finding, Reason
+from laketide.lake.catalog import load_catalog
+from tests.lake import Lake
+
+LAKETIDE = REPO_ROOT / "laketide"
+
+
+def run(*args: str, config: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``./laketide ARGS`` from a plain shell: no virtualenv on PATH, no laketide variables but those given."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("LAKETIDE", "AIRFLOW", "VIRTUAL_ENV"))}
+    environ["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    if config is not None:
+        environ["LAKETIDE_CONFIG"] = str(config)
+    environ.update(env)
+    return subprocess.run([str(LAKETIDE), *args], env=environ, capture_output=True, text=True, timeout=300,
+                          cwd="/")
+
+
+def test_help_from_a_plain_shell() -> None:
+    done = run("--help")
+    assert done.returncode == 0, done.stderr
+    for command in ("status", "reconcile", "snapshots", "submit", "redo", "backfill", "repair"):
+        assert command in done.stdout
+
+
+def test_status_lists_the_hours_being_written_and_snapshots_the_ids(lake: Lake) -> None:
+    done = run("status", config=lake.config_path)
+    assert done.returncode == 0, done.stderr
+    current = lake.hours[-1] + timedelta(hours=1)  # the lake's hours end just before the current hour
+    assert f"{current.isoformat()}" in done.stdout and "(checked now)" in done.stdout, done.stdout
+    done = run("snapshots", "--limit", "5", config=lake.config_path)
+    assert done.returncode == 0, done.stderr
+    current_id = load_catalog(lake.config.catalog).load_table("lake.clicks").metadata.current_snapshot_id
+    assert str(current_id) in done.stdout and "writer clicks-writer batch" in done.stdout, done.stdout
+    assert "./laketide redo --stream clicks --snapshot-id ID" in done.stdout
+
+
+def test_manual_actions_check_then_trigger_a_dry_run(lake: Lake, tmp_path: Path) -> None:
+    recorded = tmp_path / "asked.json"
+    fake = tmp_path / "airflow"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"open({str(recorded)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:], "
+                    "'home': os.environ.get('AIRFLOW_HOME')}) + '\\n')\n")
+    fake.chmod(0o755)
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    (home / "airflow.db").touch()
+    env = {"LAKETIDE_AIRFLOW_CLI": str(fake), "AIRFLOW_HOME": str(home)}
+    snapshot = load_catalog(lake.config.catalog).load_table("lake.clicks").metadata.current_snapshot_id
+
+    # a refused param changes nothing and triggers nothing
+    done = run("redo", "--stream", "clicks", "--snapshot-id", "12345", config=lake.config_path, **env)
+    assert done.returncode == 2 and "snapshot" in done.stderr and not recorded.exists(), done.stderr
+    done = run("backfill", "--stream", "clicks; DROP", "--start", "x", "--end", "y", config=lake.config_path, **env)
+    assert done.returncode == 2 and "error: " in done.stderr and not recorded.exists()
+
+    assert run("redo", "--stream", "clicks", "--snapshot-id", str(snapshot), config=lake.config_path,
+               **env).returncode == 0
+    start, end = lake.hours[0].isoformat(), lake.hours[1].isoformat()
+    assert run("repair", "--stream", "clicks", "--start", start, "--end", end, "--apply", config=lake.config_path,
+               **env).returncode == 0
+    calls = [json.loads(line) for line in recorded.read_text().splitlines()]
+    (redo_args, redo_home), (repair_args, _) = ((c["argv"], c["home"]) for c in calls)
+    assert redo_args[:3] == ["dags", "trigger", "laketide_redo"] and redo_home == str(home)
+    redo_conf = json.loads(redo_args[redo_args.index("--conf") + 1])
+    assert redo_conf["dry_run"] is True and redo_conf["snapshot_id"] == str(snapshot)
+    repair_conf = json.loads(repair_args[repair_args.index("--conf") + 1])
+    assert repair_args[2] == "laketide_repair" and repair_conf == {"stream": "clicks", "start": start, "end": end,
+                                                                    "dry_run": False}
+
+
+def test_without_a_local_airflow_it_says_what_to_do(lake: Lake, tmp_path: Path) -> None:
+    done = run("repair", "--stream", "clicks", "--start", lake.hours[0].isoformat(), "--end",
+               lake.hours[1].isoformat(), config=lake.config_path, AIRFLOW_HOME=str(tmp_path / "none"))
+    assert done.returncode == 2 and "no Airflow installation" in done.stderr and "make run" in done.stderr
+
+
+@pytest.mark.parametrize(("report", "problems"), [
+    (Report([PartitionCounts("h1", 10, 7, 1, pending=1)], pending_files=["f.jsonl"]), []),  # only waiting
+    (Report([PartitionCounts("h1", 10, 9, 1)]), []),
+    (Report([PartitionCounts("h1", 10, 7, 1)]), ["h1: MISMATCH"]),
+    (Report([PartitionCounts("h1", 10, 9, 1)], duplicate_ids={"e": 2}), ["1 event id(s) held more than once"]),
+    (Report([], findings=[Finding("x.JSONL", Reason.NOT_DATA, "never read", ("h1",), blocking=True)]),
+     ["landing file x.JSONL: not a data file: never read"]),
+    (Report([], findings=[Finding("notes.txt", Reason.NOT_DATA, "never read", (), blocking=False)]), []),
+])
+def test_reconcile_fails_only_for_a_problem(report: Report, problems: list[str]) -> None:
+    assert report.problems() == problems
+
+
+def test_reconcile_without_tables_names_them(tmp_path: Path) -> None:
+    from tests.helpers import write_config
+
+    done = run("reconcile", config=write_config(tmp_path))
+    assert done.returncode == 2 and "does not exist in catalog" in done.stderr and "Traceback" not in done.stderr
