@@ -15,12 +15,14 @@ if TYPE_CHECKING:
 
 
 def closed_partitions_asset(config: LaketideConfig, stream: StreamConfig) -> Asset:
-    """The Asset updated whenever an hour of ``stream`` is closed: ``iceberg://<catalog>/<ns>/<table>``."""
+    """The Asset updated whenever an hour of ``stream`` is closed: ``iceberg://<catalog>/<ns>/<table>``, named
+    ``<catalog>.<ns>.<table>.closed_hours``. Airflow knows an asset by its name and its URI alike: both come from
+    the catalog and the table, so two catalogs (another installation's, a test's) never claim one name."""
     from airflow.sdk import Asset
 
     namespace, table = stream.table.split(".")
     return Asset(
-        name=f"laketide.{stream.name}.closed_partitions",
+        name=f"{config.catalog.name}.{stream.table}.closed_hours",
         uri=f"iceberg://{config.catalog.name}/{namespace}/{table}",
         group="laketide",
         extra={"table": stream.table, "stream": stream.name},
