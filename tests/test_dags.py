@@ -108,7 +108,8 @@ def test_close_dag_closes_the_hour_that_just_ended(dagbag) -> None:  # type: ign
 
 @pytest.mark.slow
 def test_the_documented_by_hand_command_runs_the_writer(tmp_path: Path) -> None:
-    """``make submit`` as docs/operations.md prints it: the jars and the catalog reach the JVM at start."""
+    """``./laketide submit`` as docs/operations.md prints it, from a plain shell: the jars and the catalog reach
+    the JVM at start."""
     import re
     import subprocess
 
@@ -118,9 +119,11 @@ def test_the_documented_by_hand_command_runs_the_writer(tmp_path: Path) -> None:
     produce(config_path, "--start", "2026-11-22T01:00:00+00:00", "--hours", "1", "--events-per-hour", "200",
             "--malformed-ratio", "0.05", "--seed", "5")
     docs = (REPO_ROOT / "docs" / "operations.md").read_text()
-    documented = re.search(r'`(make submit JOB=ingest_stream\.py ARGS="[^"]+")`', docs)
+    documented = re.search(r"`(\./laketide submit ingest_stream\.py [^`]+)`", docs)
     assert documented, "the operations guide no longer shows the by-hand command"
-    done = subprocess.run(["bash", "-c", documented.group(1)], cwd=REPO_ROOT, env=config_env(config_path),
+    env = config_env(config_path)
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"  # a plain shell: no virtualenv on the path
+    done = subprocess.run(["bash", "-c", documented.group(1)], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ClassNotFoundException" not in done.stdout + done.stderr

@@ -252,9 +252,16 @@ LOOKBACK = timedelta(hours=6)
 def being_written(config: LaketideConfig, stream: StreamConfig, recorded: Iterable[datetime],
                   now: datetime | None = None) -> list[PartitionStatus]:
     """The hours after the newest recorded one up to the current hour (at most ``LOOKBACK``), checked now from
-    metadata and not recorded: the hour being written with its rows so far and its state (open, lagging, ...)."""
+    metadata and not recorded: the hour being written with its rows so far and its state (open, lagging, ...).
+    None before the writer has created the stream's table."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
     from laketide.close.partitions import check_partitions
 
+    try:
+        load_catalog(config.catalog).load_table(stream.table)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return []
     now = now or datetime.now(UTC)
     current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     newest = max(recorded, default=None)
