@@ -1,17 +1,21 @@
-"""Spark job: the exactly-once writer of one laketide stream (landing zone -> Iceberg).
+"""Spark job: the exactly-once writers of one laketide stream, or of a group of streams in one application
+(landing zone -> Iceberg).
 
-Submitted by the ``laketide_ingest_<stream>`` DAG through ``SparkSubmitOperator``; runnable by hand:
+Submitted by the ``laketide_ingest_<group>`` DAG through ``SparkSubmitOperator``; runnable by hand:
 
-    laketide-submit ingest_stream.py --stream clicks --mode incremental    (or: make submit JOB=... ARGS=...)
+    ./laketide submit ingest_stream.py --group web --mode continuous      (every stream of writer group 'web')
+    ./laketide submit ingest_stream.py --stream clicks --mode incremental (one stream)
 
-``--mode continuous`` runs micro-batches on the stream's trigger interval until stopped (SIGTERM, or the
-stop file ``<checkpoints>/<stream>.stop``); ``--mode incremental`` processes what has landed and exits.
-Exit codes: 0 done, 2 bad arguments or configuration (or ``commit_path: internal`` on a Spark or Iceberg the
-internal commit path was not written for), 3 checkpoint and table disagree, 4 another writer of
-the stream is running, 5 this writer lost the stream to another one, 6 the catalog stayed unreachable,
-7 the Spark JVM died (e.g. out of memory), 8 a disk the writer writes to is full; 1 anything else (an
-unexpected error: its traceback is in the log). The process always exits once the writer is done: threads left
-behind by a JVM that died must not keep it alive (Airflow would see a hung task).
+``--mode continuous`` runs micro-batches on each stream's trigger interval until stopped (SIGTERM, or a stream's
+stop file ``<checkpoints>/<stream>.stop``, which stops that stream); ``--mode incremental`` processes what has
+landed and exits. The streams of a group share the JVM and stop alone when they fail (``laketide.ingest.group``).
+Exit codes (of the first stream that ended in an error, when the application ends): 0 done, 2 bad arguments or
+configuration (or ``commit_path: internal`` on a Spark or Iceberg the internal commit path was not written for),
+3 checkpoint and table disagree, 4 another writer of the stream is running, 5 this writer lost the stream to
+another one, 6 the catalog stayed unreachable, 7 the Spark JVM died (e.g. out of memory), 8 a disk the writer
+writes to is full; 1 anything else (an unexpected error: its traceback is in the log). The process always exits
+once the writers are done: threads left behind by a JVM that died must not keep it alive (Airflow would see a
+hung task).
 """
 
 from __future__ import annotations
@@ -27,19 +31,22 @@ from laketide.errors import (
     CheckpointMismatchError,
     ConfigError,
     StorageFullError,
+    StreamFailedError,
     WriterBusyError,
     WriterFencedError,
 )
 
 EXIT_CODES: dict[type[Exception], int] = {
     ConfigError: 2, CheckpointMismatchError: 3, WriterBusyError: 4, WriterFencedError: 5, CatalogUnavailableError: 6,
-    StorageFullError: 8,
+    StorageFullError: 8, StreamFailedError: 1,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stream", required=True, help="stream name from the configuration")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stream", help="one stream of the configuration")
+    which.add_argument("--group", help="a writer group: the streams whose 'group' is this (or the stream so named)")
     parser.add_argument("--mode", choices=["continuous", "incremental"], default="continuous")
     args = parser.parse_args(argv)
     from laketide import logs
@@ -47,16 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup()
     try:
         config = get_config()
-        stream = config.stream(args.stream)
+        streams = config.group(args.group) if args.group else [config.stream(args.stream)]
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from py4j.protocol import Py4JNetworkError
 
-    from laketide.ingest.runner import run
+    from laketide.ingest.group import run_group
 
     try:
-        run(config, stream, args.mode)
+        run_group(config, streams, args.mode)
     except tuple(EXIT_CODES) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CODES[type(exc)]

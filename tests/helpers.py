@@ -84,18 +84,34 @@ def load(config_path: Path) -> LaketideConfig:
     return load_config(config_path, environ={})
 
 
-def start_writer(config_path: Path, mode: str = "incremental", log: Path | None = None,
+def start_writer(config_path: Path, mode: str = "incremental", log: Path | None = None, group: str | None = None,
                  **env: str) -> subprocess.Popen[bytes]:
-    """Start the real writer process in its own process group (so a kill takes the JVM too)."""
+    """Start the real writer process in its own process group (so a kill takes the JVM too): stream 'clicks', or
+    the writer application of ``group``."""
     out = open(log or (config_path.parent / "writer.log"), "ab")  # noqa: SIM115 - closed with the process
+    which = ["--group", group] if group else ["--stream", "clicks"]
     return subprocess.Popen(
-        [sys.executable, str(WRITER), "--stream", "clicks", "--mode", mode],
+        [sys.executable, str(WRITER), *which, "--mode", mode],
         env=config_env(config_path, **env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
 
-def run_writer(config_path: Path, mode: str = "incremental", timeout: float = 300, **env: str) -> int:
-    proc = start_writer(config_path, mode, **env)
+def write_group_config(home: Path, names: list[str], group: str = "g", **overrides: Any) -> Path:
+    """A configuration whose streams ``names`` (each with its own landing zone, checkpoint, tables and writer id)
+    form the writer group ``group``; ``overrides`` apply to every stream."""
+    path = write_config(home, **overrides)
+    raw = yaml.safe_load(path.read_text())
+    template = raw["streams"][0]
+    raw["streams"] = [{**template, "name": n, "group": group, "landing_path": f"{{home}}/landing/{n}",
+                       "checkpoint_path": f"{{home}}/checkpoints/{n}", "table": f"lake.{n}",
+                       "rejects_table": f"lake.{n}_rejects", "writer_id": f"{n}-writer"} for n in names]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def run_writer(config_path: Path, mode: str = "incremental", timeout: float = 300, group: str | None = None,
+               **env: str) -> int:
+    proc = start_writer(config_path, mode, group=group, **env)
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

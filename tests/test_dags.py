@@ -37,7 +37,7 @@ def test_ingest_dag_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert dag.max_active_runs == 1
     assert type(dag.timetable).__name__ == "ContinuousTimetable"
     (task,) = dag.tasks
-    assert task.job_args == ["--stream", "clicks", "--mode", "continuous"]
+    assert task.job_args == ["--group", "clicks", "--mode", "continuous"]  # a stream without a group: its own
     assert task._conn_id == "spark_default"
     once = dagbag.dags["laketide_ingest_clicks_once"]
     assert type(once.timetable).__name__ == "NullTimetable"  # manual runs only

@@ -354,7 +354,7 @@ def test_landed_file_not_committed_is_a_backlog(lake: Lake) -> None:
 
 
 def test_uncommitted_walks_back_only_as_far_as_the_files_need(monkeypatch: pytest.MonkeyPatch) -> None:
-    from laketide.close import partitions
+    from laketide.ingest import backlog as partitions  # the backlog walk lives in the ingest stage
     from laketide.ingest.inspection import Landed
 
     def commit(i: int, at: int, files: dict[str, int]) -> Snap:

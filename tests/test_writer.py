@@ -39,9 +39,9 @@ def landed(home: Path, **stream: object) -> Path:
     return path
 
 
-def assert_exactly_once(config_path: Path) -> dict[str, int]:
+def assert_exactly_once(config_path: Path, name: str = "clicks") -> dict[str, int]:
     config = load(config_path)
-    stream = config.stream("clicks")
+    stream = config.stream(name)
     report = reconcile(config, stream)
     expected = expected_counts(stream.landing_path)
     assert expected, "the producer landed nothing"

@@ -39,6 +39,11 @@ class CatalogUnavailableError(LaketideError):
     """The catalog stayed unreachable or busy for longer than ``catalog.retry_timeout``."""
 
 
+class StreamFailedError(LaketideError):
+    """A stream's writer stopped on an error of its own (its input, its tables): the message names the stream and
+    the cause; the other streams of its application went on."""
+
+
 class StorageFullError(LaketideError):
     """The writer could not write its files: the disk (warehouse, checkpoint or temporary folder) is full."""
 

@@ -7,9 +7,10 @@ failed verification reaches Slack, PagerDuty or e-mail without changing the DAG.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
+
+from laketide.notify import notify
 
 log = logging.getLogger("laketide.alerts")
 
@@ -21,7 +22,4 @@ def alert(context: Any) -> None:
     error = context.get("exception")
     log.error("laketide ALERT: %s.%s (run %s) failed: %s", getattr(ti, "dag_id", "?"), getattr(ti, "task_id", "?"),
               context.get("run_id"), error)
-    target = get_config().close.alert_callback
-    if target:
-        module, _, name = target.partition(":")
-        getattr(importlib.import_module(module), name)(context)
+    notify(get_config(), context)

@@ -8,7 +8,6 @@ no data file read, neither of the table nor of the landing zone.
 from __future__ import annotations
 
 import json
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -17,10 +16,11 @@ from typing import Any
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import TableNotFoundError
+from laketide.ingest.backlog import uncommitted
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.ingest.landing import HOUR, from_epoch_hours, hour_start, partition_key
 from laketide.lake.catalog import load_catalog
-from laketide.lake.commits import AHEAD_OF_CLOCK, PARTITION_ROWS, WATERMARK, WRITER_ID, source_position
+from laketide.lake.commits import AHEAD_OF_CLOCK, PARTITION_ROWS, WATERMARK, WRITER_ID
 from laketide.lake.snapshots import Snap, lineage
 
 
@@ -38,8 +38,6 @@ class State(StrEnum):
     REOPENED = "reopened"  # rows arrived after the close: re-verified and re-closed
 
 
-#: how far the landing zone's clock (file times) and the writer's (commit times) may disagree
-CLOCK_SKEW = timedelta(minutes=1)
 #: a live stream whose watermark was this far behind its last commit was replaying history (a hint in a gap)
 REPLAY_HINT = timedelta(days=1)
 
@@ -206,48 +204,6 @@ class Backlog:
     last_landed_ms: int | None = None
 
 
-def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> list[Landed]:
-    """The landed ``files`` (oldest modification time first) that no commit of the writer in the table's
-    current lineage recorded in its source position (``laketide.source-files``): the backlog.
-
-    The walk goes back from the current snapshot only as far as the files need. Spark's file source takes the
-    oldest files first (by modification time), so a file older than every file the walked commits took was taken
-    before them and is not looked for, unless it landed in ``data/`` (its status-change time) after the newest
-    commit: a copy that kept an old modification time (``cp -p``), which the writer refreshes and ingests
-    (``laketide.ingest.late_files``), is pending until a commit names it. And a commit older than a file's landing
-    cannot hold it, so the walk stops once every file still looked for landed after the commit reached (less
-    :data:`CLOCK_SKEW`).
-    """
-    if not files:
-        return []
-    times = [f.mtime_ms for f in files]
-    found: set[str] = set()
-    oldest_taken: int | None = None
-    newest_commit: int | None = None
-    left: list[Landed] = list(files)
-    skew = _ms_delta(CLOCK_SKEW)
-
-    def stop(snap: Snap) -> bool:
-        nonlocal oldest_taken, newest_commit, left
-        if snap.summary.get(WRITER_ID) == stream.writer_id:
-            newest_commit = snap.timestamp_ms if newest_commit is None else newest_commit
-            for name, stat in source_position(snap.summary).items():
-                found.add(name)
-                if stat is not None and (oldest_taken is None or stat.mtime_ms < oldest_taken):
-                    oldest_taken = stat.mtime_ms
-        first = 0 if oldest_taken is None else bisect_left(times, oldest_taken)
-        landed_since = [] if newest_commit is None else [f for f in files[:first]
-                                                          if f.landed_ms > newest_commit - skew]
-        left = [f for f in (*landed_since, *files[first:]) if f.name not in found]
-        return not left or snap.timestamp_ms < min(f.landed_ms for f in left) - skew
-
-    try:
-        lineage(catalog, stream.table, stop)
-    except TableNotFoundError:
-        return list(files)
-    return sorted(left, key=lambda f: (f.mtime_ms, f.name))
-
-
 def backlog(files: Sequence[Landed], pending: Sequence[Landed], partition: datetime) -> Backlog:
     """Split the uncommitted files into those of ``partition`` or earlier (or of no known hour) and later ones."""
     key = partition_key(partition)
@@ -255,9 +211,6 @@ def backlog(files: Sequence[Landed], pending: Sequence[Landed], partition: datet
     last = max((f.landed_ms for f in files), default=None)
     return Backlog(upto, len(pending) - len(upto), last)
 
-
-def _ms_delta(delta: timedelta) -> int:
-    return int(delta.total_seconds() * 1000)
 
 
 def _closed(seen: Cursor, why: str) -> tuple[State, str]:
@@ -298,7 +251,7 @@ def _classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: date
         # the writer has not started (no table yet, or no commit of this writer id): nothing can be decided and
         # nothing is wrong with the hour yet; the sensor waits (its timeout alerts if the writer never comes)
         return State.OPEN, (f"waiting for the writer: {stream.writer_id!r} has not committed to {stream.table} yet "
-                            f"(is laketide_ingest_{stream.name} running?); the hour is decided once it has")
+                            f"(is laketide_ingest_{stream.writer_group} running?); the hour is decided once it has")
     if landing.pending:
         more = f" and {len(landing.pending) - 1} more" if len(landing.pending) > 1 else ""
         return State.LAGGING, (f"backlog: {len(landing.pending)} landed file(s) of this hour or earlier not committed "
@@ -322,7 +275,7 @@ def _classify(stream: StreamConfig, partition: datetime, seen: Cursor, now: date
         if no_commit:
             return State.LAGGING, (f"backlog: {landing.later} landed file(s) of later hours not committed yet and no "
                                    f"commit since {_at(seen.last_commit_ms)} (idle window {idle}): the writer is "
-                                   f"not keeping up (is laketide_ingest_{stream.name} running?)")
+                                   f"not keeping up (is laketide_ingest_{stream.writer_group} running?)")
         return State.OPEN, f"{waiting}; the writer is ingesting {landing.later} landed file(s) of later hours"
     no_landing = landing.last_landed_ms is None or _ago(now, landing.last_landed_ms) >= idle
     quiet = (f"no file landed since {_at(landing.last_landed_ms)} and no commit since {_at(seen.last_commit_ms)} "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from laketide.config.loading import DEFAULT_CONFIG, ENV_PREFIX, REPO_ROOT, config_path, get_config, load_config
 from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, MaintenanceConfig, TablePolicy
 from laketide.config.model import LaketideConfig, maintained_tables
-from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig
+from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
 from laketide.config.streams import CommitPath, FieldSpec, FieldType, StreamConfig
 from laketide.config.values import (
     check_table_name,
@@ -43,6 +43,7 @@ __all__ = [
     "SparkConfig",
     "StreamConfig",
     "TablePolicy",
+    "WriterGroupConfig",
     "check_table_name",
     "config_path",
     "get_config",

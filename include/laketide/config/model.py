@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import model_validator
 
 from laketide.config.maintenance import MaintenanceConfig
-from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig
+from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
 from laketide.config.streams import StreamConfig
 from laketide.config.values import _inside, _local_path, _secs, _Strict
 from laketide.errors import ConfigError
@@ -21,10 +21,12 @@ class LaketideConfig(_Strict):
     close: CloseConfig
     streams: list[StreamConfig]
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    #: per writer group (a stream's ``group``, else its name): the application's settings
+    writer_groups: dict[str, WriterGroupConfig] = {}
 
     @model_validator(mode="after")
     def _unique(self) -> LaketideConfig:
-        problems = _shared_keys(self) + _overlapping_paths(self) + _maintained(self)
+        problems = _shared_keys(self) + _overlapping_paths(self) + _maintained(self) + _groups(self)
         if problems:
             # each problem starts with the key it is about: the message lists them all
             raise ValueError("\n".join(problems))
@@ -35,6 +37,25 @@ class LaketideConfig(_Strict):
             if stream.name == name:
                 return stream
         raise ConfigError(f"unknown stream {name!r}: configured streams are {[s.name for s in self.streams]}")
+
+    def groups(self) -> dict[str, list[StreamConfig]]:
+        """The writer applications: each group's streams, in configuration order."""
+        out: dict[str, list[StreamConfig]] = {}
+        for stream in self.streams:
+            out.setdefault(stream.writer_group, []).append(stream)
+        return out
+
+    def group_settings(self, name: str) -> WriterGroupConfig:
+        """The settings of writer group ``name`` (defaults when the configuration names none)."""
+        return self.writer_groups.get(name, WriterGroupConfig())
+
+    def group(self, name: str) -> list[StreamConfig]:
+        """The streams of writer group ``name``."""
+        found = self.groups().get(name)
+        if not found:
+            raise ConfigError(f"unknown writer group {name!r}: the groups are {sorted(self.groups())} (a stream's "
+                              "group is its 'group' setting, else its own name)")
+        return found
 
 
 def maintained_tables(config: LaketideConfig) -> list[str]:
@@ -65,6 +86,29 @@ def _maintained(config: LaketideConfig) -> list[str]:
                 f"of stream {stream.name!r} may wait to close ({_secs(need)}: 1 hour + allowed_lateness + "
                 "close.sensor_timeout); the partition check reads the rows of an hour from the writer's snapshots, "
                 "which expiry would remove first. Keep 1d (the default) or more")
+    return problems
+
+
+def _groups(config: LaketideConfig) -> list[str]:
+    """A group named like a stream of another group would give two writer applications one DAG id; settings of a
+    group no stream is in; two groups on one metrics port."""
+    problems: list[str] = []
+    known = sorted({s.writer_group for s in config.streams})
+    ports: dict[int, str] = {}
+    for name, group in config.writer_groups.items():
+        if name not in known:
+            problems.append(f"writer_groups.{name}: no stream is in writer group {name!r}; the groups are {known} "
+                            "(a stream's group is its 'group' setting, else its own name)")
+        if group.metrics_port and group.metrics_port in ports:
+            problems.append(f"writer_groups.{name}.metrics_port: {group.metrics_port} is already the port of group "
+                            f"{ports[group.metrics_port]!r}")
+        ports.setdefault(group.metrics_port, name)
+    names = {s.name: s for s in config.streams}
+    for stream in config.streams:
+        other = names.get(stream.writer_group)
+        if other is not None and other.writer_group != stream.writer_group:
+            problems.append(f"{_key(stream, 'group')}: {stream.writer_group!r} is the name of stream {other.name!r}, "
+                            f"which runs in group {other.writer_group!r}: name the group otherwise")
     return problems
 
 

@@ -92,3 +92,10 @@ class CloseConfig(_Strict):
         if value is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
             raise ValueError(f"{value!r} must be 'package.module:function'")
         return value
+
+
+class WriterGroupConfig(_Strict):
+    """A writer application (a group of streams): what it exposes."""
+
+    #: serve the group's writer figures as Prometheus metrics on this port (``/metrics``); 0: no endpoint
+    metrics_port: int = Field(default=0, ge=0, le=65535)

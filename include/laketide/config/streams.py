@@ -73,6 +73,15 @@ class StreamConfig(_Strict):
     allow_date_only_timestamps: bool = False
     #: accept timestamp values with a time but no UTC offset ("2026-11-22T03:00:00", read as UTC)
     allow_timestamps_without_offset: bool = False
+    #: the writer application that runs this stream: streams of one group share one Spark application (one JVM, one
+    #: Airflow task, ``laketide_ingest_<group>``), each with its own checkpoint, tables, markers and lease, and a
+    #: stream that fails stops alone. Default: the stream's own name (an application of its own)
+    group: str | None = None
+    #: alert (the ``close.alert_callback`` notifier, and an ERROR in the writer's log) when the landed -> committed
+    #: latency's p95 over the last hour passes this (none: no latency alert)
+    alert_latency: timedelta | None = None
+    #: alert when more landed files than this wait for the writer (none: no backlog alert)
+    alert_backlog_files: int | None = Field(default=None, ge=1)
     #: how the writer commits: "internal" (fast, non-public Spark/Iceberg APIs, see laketide.lake.internals),
     #: "public" (public APIs only), or "auto": internal when its start-up check passes, else public
     commit_path: CommitPath = "auto"
@@ -85,6 +94,11 @@ class StreamConfig(_Strict):
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return positive_duration(value)
+
+    @field_validator("alert_latency", mode="before")
+    @classmethod
+    def _alert_latency(cls, value: Any) -> timedelta | None:
+        return None if value is None else positive_duration(value)
 
     @field_validator("writer_lease", mode="before")
     @classmethod
@@ -118,10 +132,10 @@ class StreamConfig(_Strict):
             raise ValueError(f"{value!r} has no UTC offset: write e.g. 2000-01-01T00:00:00+00:00")
         return value
 
-    @field_validator("name", "writer_id")
+    @field_validator("name", "writer_id", "group")
     @classmethod
-    def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
             raise ValueError(f"{value!r} may only hold letters, digits, '_', '.', '-'")
         return value
 
@@ -176,3 +190,8 @@ class StreamConfig(_Strict):
     @property
     def namespace(self) -> str:
         return self.table.split(".")[0]
+
+    @property
+    def writer_group(self) -> str:
+        """The writer application this stream runs in (``group``, else its own name)."""
+        return self.group or self.name

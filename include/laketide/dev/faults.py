@@ -1,7 +1,8 @@
 """Test-only pause points for fault injection (off unless ``LAKETIDE_FAULT`` is set).
 
-``LAKETIDE_FAULT=<point>:<batch id>`` and ``LAKETIDE_FAULT_DIR=<folder>`` make the writer create
-``<folder>/<point>-<batch>.reached`` when it gets there and then sleep, so a test can SIGKILL the real
+``LAKETIDE_FAULT=<point>:<batch id>[:<stream>]`` and ``LAKETIDE_FAULT_DIR=<folder>`` make the writer create
+``<folder>/<point>-<batch>.reached`` when it gets there (in the stream named, when one is: a writer application
+runs several) and then sleep, so a test can SIGKILL the real
 process at that exact place. With ``LAKETIDE_FAULT_MODE=hold`` the writer waits there instead until the test
 creates ``<folder>/<point>-<batch>.release``, then goes on (a test can freeze it with SIGSTOP meanwhile and
 let a second writer overtake it). Points, in the order a batch passes them:
@@ -24,14 +25,17 @@ from pathlib import Path
 POINTS = ("batch_start", "before_commit", "between_tables", "after_commit")
 
 
-def armed(point: str, batch_id: int) -> str | None:
-    """The fault folder when ``point`` is armed for ``batch_id``, else None."""
+def armed(point: str, batch_id: int, stream: str = "") -> str | None:
+    """The fault folder when ``point`` is armed for ``batch_id`` (and ``stream``), else None."""
     spec = os.environ.get("LAKETIDE_FAULT", "")
     folder = os.environ.get("LAKETIDE_FAULT_DIR")
     if not spec or not folder:
         return None
-    want_point, _, want_batch = spec.partition(":")
+    want_point, _, rest = spec.partition(":")
+    want_batch, _, want_stream = rest.partition(":")
     if want_point != point or (want_batch and int(want_batch) != batch_id):
+        return None
+    if want_stream and want_stream != stream:
         return None
     return folder
 
@@ -57,8 +61,8 @@ def hold(folder: str, point: str, batch_id: int) -> None:
         time.sleep(0.2)
 
 
-def maybe_pause(point: str, batch_id: int) -> None:
-    folder = armed(point, batch_id)
+def maybe_pause(point: str, batch_id: int, stream: str = "") -> None:
+    folder = armed(point, batch_id, stream)
     if folder is None:
         return
     if os.environ.get("LAKETIDE_FAULT_MODE") == "hold":

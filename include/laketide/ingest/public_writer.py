@@ -57,7 +57,7 @@ class PublicPath:
         return public_sink.publish(
             self._public, f"{self.prefix}.{table}", rows, props, self.stream.writer_id, batch_id, expected,
             self.timeout, self._sqlite.reopen,
-            staged=(lambda: faults.maybe_pause(point, batch_id)) if point else (lambda: None),
+            staged=(lambda: faults.maybe_pause(point, batch_id, self.stream.name)) if point else (lambda: None),
         )
 
     def _write_public(self, batch: DataFrame, batch_id: int) -> None:
@@ -67,7 +67,7 @@ class PublicPath:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        faults.maybe_pause("batch_start", batch_id)
+        faults.maybe_pause("batch_start", batch_id, self.stream.name)
         started = time.monotonic()
         stream = self.stream
         spark = batch.sparkSession
@@ -128,8 +128,9 @@ class PublicPath:
                 if commits.should_write(batch_id, rejects_marker):
                     self._reject_public(batch, batch_id, now, files, rejected, extra, rejects_marker)
             else:
-                faults.maybe_pause("before_commit", batch_id)  # nothing staged for the rejects: pause here
-            faults.maybe_pause("between_tables", batch_id)
+                # nothing staged for the rejects: pause here
+                faults.maybe_pause("before_commit", batch_id, self.stream.name)
+            faults.maybe_pause("between_tables", batch_id, self.stream.name)
             published = time.monotonic()
             props = commits.summary_properties(stream.writer_id, batch_id, files, per_hour, extra)
             table_columns = [*stream.fields, "_source_file", "_batch_id"]
@@ -138,7 +139,7 @@ class PublicPath:
                                                None)
         finally:
             rows.unpersist()
-        faults.maybe_pause("after_commit", batch_id)
+        faults.maybe_pause("after_commit", batch_id, self.stream.name)
         done = time.monotonic()
         log.info(
             "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "

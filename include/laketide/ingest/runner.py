@@ -4,30 +4,24 @@ stop (signal or stop file), and turn failures into one clear error.
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import WriterFencedError
-from laketide.ingest import sink
 from laketide.ingest.landing import DATA_SUFFIX, data_dir
-from laketide.ingest.late_files import LateFiles, file_source_options
-from laketide.lake import commits, internals
+from laketide.ingest.late_files import file_source_options
+from laketide.lake import commits
 from laketide.lake.catalog import load_catalog
-from laketide.lake.internals import SqlitePool
 from laketide.lake.lease import WriterLease, engine_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-from laketide.ingest.tables import ensure_tables
 from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE
-from laketide.ingest.writer import BatchWriter, choose_commit_path
+from laketide.ingest.writer import BatchWriter
 
 log = logging.getLogger("laketide.ingest.runner")
 
@@ -84,30 +78,38 @@ def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mod
     return writer.start()
 
 
-def _await(query: StreamingQuery) -> bool:
-    """``query.awaitTermination(1)``; a failure raised by the batch function comes back as the laketide error
-    it was (Spark hands it over as text), so the caller sees one clear message, not a Java stack."""
+def translate(exc: BaseException) -> Exception:
+    """A failure Spark hands back from a stream's batch function (as text, in a ``StreamingQueryException``) as the
+    laketide error it was, so the caller sees one clear message, not a Java stack; other errors as they are."""
     from laketide.errors import CatalogUnavailableError, StorageFullError
 
+    text = str(exc)
+    for error in (WriterFencedError, CatalogUnavailableError):
+        marker = f"{error.__module__}.{error.__name__}: "
+        if marker in text:
+            return error(text.split(marker, 1)[1].splitlines()[0])
+    if DISK_FULL in text:
+        return StorageFullError(
+            "a disk the writer writes to is full (No space left on device: the warehouse, the checkpoint or "
+            "Spark's temporary folder). Nothing of the unfinished batch is committed; free space and start "
+            "the writer again: it replays that batch.")
+    return exc if isinstance(exc, Exception) else RuntimeError(text)
+
+
+def _await(query: StreamingQuery) -> bool:
+    """``query.awaitTermination(1)``, its failure as the laketide error it was (:func:`translate`)."""
     try:
         return bool(query.awaitTermination(1))
     except Exception as exc:
-        text = str(exc)
-        for error in (WriterFencedError, CatalogUnavailableError):
-            marker = f"{error.__module__}.{error.__name__}: "
-            if marker in text:
-                raise error(text.split(marker, 1)[1].splitlines()[0]) from exc
-        if DISK_FULL in text:
-            raise StorageFullError(
-                "a disk the writer writes to is full (No space left on device: the warehouse, the checkpoint or "
-                "Spark's temporary folder). Nothing of the unfinished batch is committed; free space and start "
-                "the writer again: it replays that batch.") from exc
-        raise
+        error = translate(exc)
+        if error is exc:
+            raise
+        raise error from exc
 
 
 def lease_for(config: LaketideConfig, stream: StreamConfig, mode: Mode) -> WriterLease:
     """The lease of ``stream``'s writer id (see ``laketide.lake.lease``), with what to do when it is held."""
-    hint = (f"If it is the continuous writer of the laketide_ingest_{stream.name} DAG, it already ingests "
+    hint = (f"If it is the continuous writer of the laketide_ingest_{stream.writer_group} DAG, it already ingests "
             f"everything that lands; to run a one-off ingestion instead, pause that DAG or create the stop file "
             f"{stop_file(stream)}, then try again. If that process is dead, its lease expires "
             f"{int(stream.writer_lease.total_seconds())}s after its last heartbeat (writer_lease).")
@@ -115,75 +117,21 @@ def lease_for(config: LaketideConfig, stream: StreamConfig, mode: Mode) -> Write
 
 
 def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSession | None = None) -> None:
-    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous).
+    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous): the writer
+    application of a group of one (``laketide.ingest.group``).
 
     :raises WriterBusyError: another live writer holds the stream's lease
     :raises WriterFencedError: this writer lost the stream to another one (lease or commit fence)
     """
-    lease = lease_for(config, stream, mode)
-    lease.acquire()
-    try:
-        run_held(config, stream, mode, lease, spark)
-    finally:
-        lease.release()
+    from laketide.ingest.group import run_group
+
+    run_group(config, [stream], mode, spark)
 
 
 def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
              spark: SparkSession | None = None, summary: dict[str, str] | None = None) -> None:
     """:func:`run` with the stream's lease already taken by the caller (a redo re-ingests this way);
     ``summary``: more snapshot summary properties for every commit."""
-    from laketide.lake.spark import build_session
+    from laketide.ingest.group import run_group
 
-    spark = spark or build_session(config, f"laketide-ingest-{stream.name}")
-    commit_path = choose_commit_path(stream.commit_path, internals.check(spark))
-    pool = SqlitePool(spark, config.catalog.name)  # starts the catalog (which leaves a stale connection on SQLite)
-
-    def create_tables() -> None:
-        pool.reopen()
-        ensure_tables(spark, config, stream)
-
-    sink.retrying(f"creating the tables of stream {stream.name}", create_tables, config.catalog.retry_timeout)
-    preflight(config, stream)
-    flag = stop_file(stream)
-    flag.unlink(missing_ok=True)
-    stopping: list[str] = []
-    late = LateFiles(stream)
-    late.rescue()  # before the stream's first listing: an incremental run takes them too
-    next_look = time.monotonic() + stream.trigger_interval.total_seconds()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stopping.append(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    query = start(spark, config, stream, mode, commit_path, summary)
-    log.info("writer %s started in %s mode (%s commit path): %s -> %s", stream.writer_id, mode, commit_path,
-             stream.landing_path, stream.table)
-    lost = False
-    try:
-        while not _await(query):
-            if not lease.renew():
-                lost = True
-                log.error("writer %s: another writer took over the stream; stopping now", stream.writer_id)
-                query.stop()
-                break
-            if flag.exists() and not stopping:
-                stopping.append(f"stop file {flag}")
-            if time.monotonic() >= next_look:
-                late.rescue()
-                next_look = time.monotonic() + stream.trigger_interval.total_seconds()
-            if stopping and not query.status["isTriggerActive"]:
-                log.info("stopping between batches (%s)", stopping[0])
-                query.stop()
-                flag.unlink(missing_ok=True)
-                break
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if lost:
-        raise WriterFencedError(
-            f"writer {stream.writer_id!r} lost its lease to another writer of stream {stream.name!r} (this one "
-            "was silent for longer than writer_lease: frozen, cut off or overloaded); it stopped so that only one "
-            "writer commits. Nothing is lost: the other writer goes on from the shared checkpoint."
-        )
-    progress = query.lastProgress
-    log.info("writer %s finished; last progress: %s", stream.writer_id, json.dumps(progress or {})[:500])
+    run_group(config, [stream], mode, spark, summary, {stream.name: lease})

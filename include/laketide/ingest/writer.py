@@ -229,7 +229,7 @@ class BatchWriter(PublicPath):
         failures.clear(stream, batch_id)
 
     def _write(self, batch: DataFrame, batch_id: int) -> None:
-        faults.maybe_pause("batch_start", batch_id)
+        faults.maybe_pause("batch_start", batch_id, self.stream.name)
         started = time.monotonic()
         stream = self.stream
         iceberg = self.iceberg(batch.sparkSession)
@@ -258,7 +258,7 @@ class BatchWriter(PublicPath):
                                "counted: the passes over the batch disagree; nothing was committed")
         staged_at = time.monotonic()
         valid, rejected = staged.valid, staged.rejected
-        faults.maybe_pause("before_commit", batch_id)
+        faults.maybe_pause("before_commit", batch_id, self.stream.name)
 
         newest = _from_micros(staged.max_event_time)
         ahead = {}
@@ -280,13 +280,13 @@ class BatchWriter(PublicPath):
             rejects_marker = sink.table_marker(rejects_table, stream.writer_id)
             if commits.should_write(batch_id, rejects_marker):
                 self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
-        faults.maybe_pause("between_tables", batch_id)
+        faults.maybe_pause("between_tables", batch_id, self.stream.name)
         published = time.monotonic()
         if dropped:
             extra[commits.DUPLICATES_DROPPED] = json.dumps(dict(sorted(dropped.items())), separators=(",", ":"))
         props = commits.summary_properties(stream.writer_id, batch_id, files, staged.rows, extra)
         snapshot_id = self._publish(staged.table, staged.data_files, props, batch_id, events_marker)
-        faults.maybe_pause("after_commit", batch_id)
+        faults.maybe_pause("after_commit", batch_id, self.stream.name)
         done = time.monotonic()
         log.info(
             "batch %d committed as snapshot %d: %d valid, %d rejected, %d files, watermark %s "

@@ -86,6 +86,6 @@ def load_stream_table(config: LaketideConfig, name: str, stream: StreamConfig) -
     except (NoSuchTableError, NoSuchNamespaceError):
         raise TableNotFoundError(
             f"table {name} of stream {stream.name!r} does not exist in catalog {config.catalog.name!r}: "
-            f"run the ingest DAG laketide_ingest_{stream.name} once (mode incremental is enough) to create the "
-            "tables, then try again"
+            f"run laketide_ingest_{stream.name}_once (or the writer DAG laketide_ingest_{stream.writer_group}) to "
+            "create the tables, then try again"
         ) from None

@@ -46,14 +46,15 @@ def spark_conf(config: LaketideConfig) -> dict[str, str]:
     return conf
 
 
-def build_session(config: LaketideConfig, app_name: str, master: str | None = None) -> SparkSession:
-    """A SparkSession wired to the shared Iceberg catalog."""
+def build_session(config: LaketideConfig, app_name: str, master: str | None = None,
+                  extra: dict[str, str] | None = None) -> SparkSession:
+    """A SparkSession wired to the shared Iceberg catalog; ``extra``: more settings (the configuration's win)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     if master or not _submitted():
         builder = builder.master(master or config.spark.master)
-    for key, value in spark_conf(config).items():
+    for key, value in {**(extra or {}), **spark_conf(config)}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -176,7 +176,7 @@ def check_against_table(request: Request, facts: TableFacts) -> None:
     stream = request.stream
     if facts.snapshot_id is None or not facts.rows:
         raise ActionRequestError(f"table {facts.table} of stream {stream.name!r} holds no rows yet: nothing to "
-                                 f"{request.kind} (the writer, laketide_ingest_{stream.name}, creates it)")
+                                 f"{request.kind} (the writer, laketide_ingest_{stream.writer_group}, creates it)")
     first = min(facts.rows)
     if request.start < first:
         raise ActionRequestError(f"start {request.start.isoformat()} is before the first hour of {facts.table} "

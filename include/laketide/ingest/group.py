@@ -1,0 +1,364 @@
+"""A writer application: the exactly-once writers of a group of streams in one Spark application.
+
+Each stream keeps everything of its own: its lease (one live writer per stream), its checkpoint, its tables and
+commit markers, its rejects, its fence, its query (in a FAIR scheduler pool of its own) and its late-file rescue;
+the streams share the JVM, the SparkSession and the catalog connection. What happens to one stream happens to it
+alone:
+
+* a stream whose start is refused for good (its checkpoint and table disagree, a setting the writer cannot run)
+  or whose query fails (a broken input, a batch that keeps failing) stops, is reported (an ERROR in the log, its
+  writer status ``failed``, the alert notifier) and the others go on; a failed query is started again after a
+  back-off (1 minute, doubling up to 30), a refusal only by the next start of the application;
+* a stream whose lease another live writer holds (a redo holding it, a one-off run) or that lost its lease waits,
+  and is started again once the lease is free; its stop file stops it between batches (a redo asks this way);
+* adding a stream to the group or removing it takes effect at the application's next start; the other streams'
+  checkpoints are untouched (a stream's checkpoint is its own folder).
+
+A group of one stream behaves as a single writer always did: when its stream cannot run, the application ends
+with that stream's error (``spark_jobs/ingest_stream.py`` turns it into the exit code). A group's application
+ends when no stream runs or waits any more (an incremental run: every stream has ingested what had landed), or
+on SIGTERM/SIGINT (every stream stops between batches); it then raises the first failure, if any.
+
+Every status interval each stream's figures (``laketide.ingest.backlog.freshness``: landed -> committed latency,
+lag, backlog) go to its writer status (``laketide.lake.writer_status``), to the group's Prometheus endpoint
+(``writer_groups.<group>.metrics_port``) and, past the stream's ``alert_latency`` / ``alert_backlog_files``, to the
+alert notifier.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.errors import (
+    CatalogUnavailableError,
+    CheckpointMismatchError,
+    ConfigError,
+    LaketideError,
+    StreamFailedError,
+    WriterBusyError,
+    WriterFencedError,
+)
+from laketide.ingest import sink
+from laketide.ingest.late_files import LateFiles
+from laketide.lake import writer_status
+from laketide.notify import writer_alert
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from laketide.ingest.backlog import Freshness
+    from laketide.ingest.metrics import MetricsServer
+    from laketide.lake.lease import WriterLease
+
+log = logging.getLogger("laketide.ingest.group")
+
+Mode = Literal["continuous", "incremental"]
+#: how often figures are computed and reported, and streams that stopped looked at again
+STATUS_INTERVAL = 30.0
+#: how long a failed stream waits before it is started again (doubling up to ``MAX_BACKOFF``)
+FIRST_BACKOFF = 60.0
+MAX_BACKOFF = 1800.0
+#: errors a stream cannot get over without someone changing something: no start again in this application
+PERMANENT = (CheckpointMismatchError, ConfigError)
+
+
+@dataclass
+class Writer:
+    """One stream of the application."""
+
+    stream: StreamConfig
+    lease: WriterLease
+    late: LateFiles
+    commit_path: str = "internal"
+    query: StreamingQuery | None = None
+    state: str = "starting"  # running | waiting | failed | stopped | done
+    reason: str = ""
+    error: Exception | None = None
+    #: when to try to start it again (monotonic), for a waiting or failed stream
+    retry_at: float = 0.0
+    backoff: float = FIRST_BACKOFF
+    figures: Freshness | None = None
+    alerted: set[str] = field(default_factory=set)
+    #: another writer took its lease while it ran
+    lost: bool = False
+
+
+class Application:
+    """The writers of ``streams`` in one SparkSession (see the module docstring).
+
+    :param summary: more snapshot summary properties for every commit (a redo names itself)
+    :param leases: leases the caller already holds, by stream name (a redo re-ingests this way)
+    """
+
+    def __init__(self, config: LaketideConfig, streams: list[StreamConfig], mode: Mode,
+                 spark: SparkSession | None = None, summary: dict[str, str] | None = None,
+                 leases: dict[str, WriterLease] | None = None) -> None:
+        from laketide.ingest.runner import lease_for
+        from laketide.lake.lease import engine_for
+
+        self.config = config
+        self.mode = mode
+        self.group = streams[0].writer_group if streams else "?"
+        self.name = f"{self.group}@{socket.gethostname()}:{os.getpid()}"
+        self.summary = summary
+        self.given = dict(leases or {})
+        self.writers = [Writer(s, self.given.get(s.name) or lease_for(config, s, mode), LateFiles(s))
+                        for s in streams]
+        self.engine = engine_for(config.catalog)
+        self._spark = spark
+        self.stopping: list[str] = []
+        self.metrics: MetricsServer | None = None
+
+    # ------------------------------------------------------------------ the session and each stream's start
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from laketide.lake.spark import build_session
+
+            self._spark = build_session(self.config, f"laketide-ingest-{self.group}",
+                                        extra={"spark.scheduler.mode": "FAIR"})
+        return self._spark
+
+    def prepare(self) -> None:
+        """The session, the commit path of each stream (the internal path's check runs once), the catalog."""
+        from laketide.ingest.writer import choose_commit_path
+        from laketide.lake import internals
+        from laketide.lake.internals import SqlitePool
+
+        reason = internals.check(self.spark)
+        for w in self.writers:
+            try:
+                w.commit_path = choose_commit_path(w.stream.commit_path, reason)
+            except ConfigError as exc:
+                self._fail(w, exc)
+        self.pool = SqlitePool(self.spark, self.config.catalog.name)  # starts the catalog (stale SQLite connection)
+
+    def start(self, w: Writer) -> None:
+        """Take the stream's lease and start its query; a refusal leaves it waiting or failed, never raises."""
+        from laketide.ingest.runner import preflight, start, stop_file
+        from laketide.ingest.tables import ensure_tables
+
+        stream = w.stream
+        if stream.name not in self.given:
+            try:
+                w.lease.acquire()
+            except WriterBusyError as exc:
+                self._wait(w, exc)
+                return
+        try:
+            def create_tables() -> None:
+                self.pool.reopen()
+                ensure_tables(self.spark, self.config, stream)
+
+            sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
+                          self.config.catalog.retry_timeout)
+            preflight(self.config, stream)
+            stop_file(stream).unlink(missing_ok=True)
+            w.late.rescue()  # before the stream's first listing: an incremental run takes them too
+            context = self.spark.sparkContext
+            context.setLocalProperty("spark.scheduler.pool", stream.name)
+            try:
+                w.query = start(self.spark, self.config, stream, self.mode, w.commit_path, self.summary)
+            finally:
+                context.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+        except Exception as exc:
+            self._release(w)
+            if isinstance(exc, CatalogUnavailableError):
+                self._wait(w, exc)
+            else:
+                self._fail(w, exc)
+            return
+        w.state, w.reason, w.error = "running", "", None
+        log.info("writer %s started in %s mode (%s commit path): %s -> %s", stream.writer_id, self.mode,
+                 w.commit_path, stream.landing_path, stream.table)
+        self._report(w)
+
+    # ------------------------------------------------------------------ states
+
+    def _release(self, w: Writer) -> None:
+        if w.stream.name not in self.given:
+            w.lease.release()
+
+    def _report(self, w: Writer) -> None:
+        figures = w.figures.to_dict() if w.figures is not None else {}
+        writer_status.report(self.engine, w.stream.name, self.group, w.state, w.reason,
+                             {**figures, "application": self.name})
+
+    def _wait(self, w: Writer, exc: Exception) -> None:
+        w.state, w.reason, w.error = "waiting", str(exc), exc
+        w.retry_at = time.monotonic() + STATUS_INTERVAL * 2
+        log.warning("stream %s waits: %s", w.stream.name, exc)
+        self._report(w)
+
+    def _fail(self, w: Writer, exc: Exception) -> None:
+        if not isinstance(exc, LaketideError):  # a Java stack: its innermost cause says what broke
+            exc = StreamFailedError(f"stream {w.stream.name!r}: {sink.first_line(exc)}")
+        w.state, w.reason, w.error = "failed", str(exc), exc
+        permanent = isinstance(exc, PERMANENT)
+        w.retry_at = float("inf") if permanent else time.monotonic() + w.backoff
+        again = "" if permanent else f"; it is started again in {w.backoff:.0f}s"
+        w.backoff = min(MAX_BACKOFF, w.backoff * 2)
+        log.error("stream %s stopped: %s: %s%s (the other streams of group %s go on)", w.stream.name,
+                  type(exc).__name__, exc, again, self.group)
+        self._report(w)
+        writer_alert(self.config, "writer stopped", w.stream.name, f"{type(exc).__name__}: {exc}", self.name)
+
+    def _ended(self, w: Writer) -> None:
+        """The stream's query is no longer active: done (incremental), stopped on request, or failed."""
+        from laketide.ingest.runner import translate
+
+        assert w.query is not None
+        problem = w.query.exception()
+        w.query = None
+        self._release(w)
+        if problem is not None:
+            error = translate(problem)
+            if isinstance(error, WriterFencedError):
+                self._wait(w, error)
+            else:
+                self._fail(w, error)
+        elif w.lost:
+            w.lost = False
+            self._wait(w, WriterFencedError(
+                f"writer {w.stream.writer_id!r} lost its lease to another writer of stream {w.stream.name!r} (this "
+                "one was silent for longer than writer_lease: frozen, cut off or overloaded); it stopped so that "
+                "only one writer commits. Nothing is lost: the other writer goes on from the shared checkpoint."))
+        elif w.state == "stopping":
+            w.state, w.reason = "stopped", w.reason or "stopped on request"
+            w.retry_at = time.monotonic() + STATUS_INTERVAL  # once its lease is free again (a redo keeps it)
+            self._report(w)
+        else:
+            w.state, w.reason = "done", "ingested what had landed"
+            self._report(w)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> list[Writer]:
+        """Run until no stream runs or waits (see the module docstring); the writers, as they ended."""
+        from laketide.ingest.runner import stop_file
+
+        previous = {s: signal.signal(s, lambda signum, _f: self.stopping.append(signal.Signals(signum).name))
+                    for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.prepare()
+            for w in self.writers:
+                if w.state == "starting":
+                    self.start(w)
+            if not any(w.state == "running" for w in self.writers):
+                return self.writers  # nothing could start: the caller reports the first refusal
+            self._serve_metrics()
+            next_status = time.monotonic()
+            while True:
+                time.sleep(1.0)
+                for w in self.writers:
+                    if w.query is None:
+                        continue
+                    if not w.query.isActive:
+                        self._ended(w)
+                        continue
+                    if not w.lease.renew():
+                        log.error("writer %s: another writer took over the stream; stopping it now",
+                                  w.stream.writer_id)
+                        w.lost = True
+                        w.query.stop()
+                        continue
+                    flag = stop_file(w.stream)
+                    if (self.stopping or flag.exists()) and w.state != "stopping":
+                        w.state, w.reason = "stopping", self.stopping[0] if self.stopping else f"stop file {flag}"
+                    if w.state == "stopping" and not w.query.status["isTriggerActive"]:
+                        log.info("stream %s stops between batches (%s)", w.stream.name, w.reason)
+                        w.query.stop()
+                        flag.unlink(missing_ok=True)
+                if not any(w.query is not None for w in self.writers):
+                    # no stream runs any more: the application ends (Airflow's retries start it again)
+                    return self.writers
+                now = time.monotonic()
+                if now >= next_status:
+                    self._figures()
+                    next_status = now + STATUS_INTERVAL
+                if not self.stopping and self.mode == "continuous":
+                    for w in self.writers:  # while others run, a stream that stopped is started again in time
+                        if w.state in ("waiting", "failed", "stopped") and now >= w.retry_at:
+                            self.start(w)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            for w in self.writers:
+                if w.query is not None and w.query.isActive:
+                    w.query.stop()
+                self._release(w)
+            if self.metrics is not None:
+                self.metrics.close()
+
+    # ------------------------------------------------------------------ figures, metrics, alerts
+
+    def _figures(self) -> None:
+        from laketide.ingest.backlog import freshness
+        from laketide.lake.catalog import load_catalog
+
+        catalog = load_catalog(self.config.catalog)
+        for w in self.writers:
+            if w.query is not None:
+                w.late.rescue()
+            try:
+                w.figures = freshness(catalog, w.stream)
+            except Exception as exc:
+                log.warning("stream %s: freshness not computed: %s", w.stream.name, exc)
+                continue
+            self._report(w)
+            self._check_thresholds(w)
+        if self.metrics is not None:
+            self.metrics.update(self.writers)
+
+    def _check_thresholds(self, w: Writer) -> None:
+        stream, figures = w.stream, w.figures
+        if figures is None:
+            return
+        checks = []
+        if stream.alert_latency is not None and figures.p95 is not None:
+            limit = stream.alert_latency.total_seconds()
+            checks.append(("latency", figures.p95 > limit,
+                           f"landed -> committed p95 {figures.p95:.1f}s over the last hour is above alert_latency "
+                           f"({limit:.0f}s)"))
+        if stream.alert_backlog_files is not None:
+            checks.append(("backlog", figures.backlog > stream.alert_backlog_files,
+                           f"{figures.backlog} landed file(s) wait for the writer, more than alert_backlog_files "
+                           f"({stream.alert_backlog_files})"))
+        for kind, over, message in checks:
+            if over and kind not in w.alerted:
+                w.alerted.add(kind)  # once per crossing, not every interval
+                writer_alert(self.config, f"writer {kind}", stream.name, message, self.name)
+            elif not over:
+                w.alerted.discard(kind)
+
+    def _serve_metrics(self) -> None:
+        port = self.config.group_settings(self.group).metrics_port
+        if port:
+            from laketide.ingest.metrics import MetricsServer
+
+            self.metrics = MetricsServer(port, self.group)
+            self.metrics.update(self.writers)
+
+
+def run_group(config: LaketideConfig, streams: list[StreamConfig], mode: Mode, spark: SparkSession | None = None,
+              summary: dict[str, str] | None = None, leases: dict[str, WriterLease] | None = None) -> None:
+    """Run the writer application of ``streams``; when it ends, raise the error of the first stream that ended in
+    one (a group of one: that stream's error, as a single writer always did)."""
+    writers = Application(config, streams, mode, spark, summary, leases).run()
+    for w in writers:
+        if w.state in ("failed", "waiting") and w.error is not None:
+            if len(writers) > 1:
+                others = [f"{o.stream.name}: {o.state}" for o in writers if o is not w]
+                log.error("writer group %s ended; stream %s %s (%s); %s", w.stream.writer_group, w.stream.name,
+                          w.state, w.reason, ", ".join(others))
+            raise w.error
+
