@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,11 @@ START = "2026-11-21T20:00:00+00:00"
 
 
 def land(config_path: Path, name: str, hour: str, seed: int, events: int = 120) -> None:
-    produce(config_path, "--stream", name, "--producer-id", f"p-{name}", "--start", hour, "--hours", "1",
-            "--events-per-hour", str(events), "--events-per-file", "40", "--malformed-ratio", "0.03",
-            "--seed", str(seed))
+    """Events of one hour into stream ``name``'s landing zone (the streams share their fields; a stream not in the
+    configuration yet is reached by its landing path)."""
+    produce(config_path, "--stream", "a", "--landing-path", str(config_path.parent / "landing" / name),
+            "--producer-id", f"p-{name}", "--start", hour, "--hours", "1", "--events-per-hour", str(events),
+            "--events-per-file", "40", "--malformed-ratio", "0.03", "--seed", str(seed))
 
 
 def committed(config_path: Path, name: str) -> int:
@@ -82,12 +85,13 @@ def test_a_stream_added_to_the_group_starts_from_nothing(lake: Path) -> None:
     assert "writer c-writer started" in writer_log(lake)
 
 
-@pytest.mark.parametrize(("point", "stream"), [("batch_start", "a"), ("before_commit", "b"),
-                                               ("between_tables", "c"), ("after_commit", "a")])
-def test_killed_at_each_commit_point_of_one_stream(lake: Path, point: str, stream: str) -> None:
+@pytest.mark.parametrize(("k", "point", "stream"), [(1, "batch_start", "a"), (2, "before_commit", "b"),
+                                                    (3, "between_tables", "c"), (4, "after_commit", "a")])
+def test_killed_at_each_commit_point_of_one_stream(lake: Path, k: int, point: str, stream: str) -> None:
     faults = lake.parent / "faults" / f"{point}-{stream}"
-    for i, name in enumerate(("a", "b", "c")):
-        land(lake, name, f"2026-11-21T{22 + i}:00:00+00:00", seed=hash((point, name)) % 1000)
+    for i, name in enumerate(("a", "b", "c")):  # an hour of new files for every stream
+        hour = datetime(2026, 11, 21, 21, tzinfo=UTC) + timedelta(hours=k)
+        land(lake, name, hour.isoformat(), seed=100 + 10 * k + i)  # seeds make event ids: never reuse one
     batch = committed(lake, stream) + 1
     proc = start_writer(lake, group=GROUP, LAKETIDE_FAULT=f"{point}:{batch}:{stream}", LAKETIDE_FAULT_DIR=str(faults))
     wait_for(faults / f"{point}-{batch}.reached", proc)
@@ -100,7 +104,7 @@ def test_killed_at_each_commit_point_of_one_stream(lake: Path, point: str, strea
 def test_a_frozen_application_overtaken_then_resumed_commits_nothing(lake: Path) -> None:
     faults = lake.parent / "faults" / "frozen"
     for i, name in enumerate(("a", "b", "c")):
-        land(lake, name, f"2026-11-22T0{i}:00:00+00:00", seed=50 + i)
+        land(lake, name, "2026-11-22T02:00:00+00:00", seed=50 + i)
     batch = committed(lake, "b") + 1
     log_a, log_b = lake.parent / "frozen-a.log", lake.parent / "frozen-b.log"
     first = start_writer(lake, mode="continuous", log=log_a, group=GROUP, LAKETIDE_FAULT=f"before_commit:{batch}:b",
@@ -137,7 +141,7 @@ def test_a_broken_stream_and_a_lost_checkpoint_stop_alone(lake: Path, tmp_path: 
 
     config = load(lake)
     shutil.rmtree(config.stream("c").checkpoint_path)  # c: its checkpoint is lost, its table holds batches
-    land(lake, "b", "2026-11-22T05:00:00+00:00", seed=70, events=40)  # b: one new file, deleted before it is read
+    land(lake, "b", "2026-11-22T03:00:00+00:00", seed=70, events=40)  # b: one new file, deleted before it is read
     victim = max(data_dir(config.stream("b").landing_path).glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
     faults = lake.parent / "faults" / "broken"
     batch = committed(lake, "b") + 1
@@ -153,7 +157,7 @@ def test_a_broken_stream_and_a_lost_checkpoint_stop_alone(lake: Path, tmp_path: 
         wait_text(log, "stream b stopped", proc)
         # a, healthy, goes on: new files are ingested while b and c are stopped
         before = committed(lake, "a")
-        land(lake, "a", "2026-11-22T06:00:00+00:00", seed=71)
+        land(lake, "a", "2026-11-22T04:00:00+00:00", seed=71)
         deadline = time.monotonic() + 180
         while committed(lake, "a") <= before and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -201,7 +201,7 @@ class Application:
 
     def _fail(self, w: Writer, exc: Exception) -> None:
         if not isinstance(exc, LaketideError):  # a Java stack: its innermost cause says what broke
-            exc = StreamFailedError(f"stream {w.stream.name!r}: {sink.first_line(exc)}")
+            exc = StreamFailedError(f"stream {w.stream.name!r}: {sink.root_cause(exc)}")
         w.state, w.reason, w.error = "failed", str(exc), exc
         permanent = isinstance(exc, PERMANENT)
         w.retry_at = float("inf") if permanent else time.monotonic() + w.backoff
@@ -220,18 +220,18 @@ class Application:
         problem = w.query.exception()
         w.query = None
         self._release(w)
-        if problem is not None:
-            error = translate(problem)
-            if isinstance(error, WriterFencedError):
-                self._wait(w, error)
-            else:
-                self._fail(w, error)
-        elif w.lost:
+        if w.lost:  # stopped because another writer took its lease (a batch it cancelled failed: that is why)
             w.lost = False
             self._wait(w, WriterFencedError(
                 f"writer {w.stream.writer_id!r} lost its lease to another writer of stream {w.stream.name!r} (this "
                 "one was silent for longer than writer_lease: frozen, cut off or overloaded); it stopped so that "
                 "only one writer commits. Nothing is lost: the other writer goes on from the shared checkpoint."))
+        elif problem is not None:
+            error = translate(problem)
+            if isinstance(error, WriterFencedError):
+                self._wait(w, error)
+            else:
+                self._fail(w, error)
         elif w.state == "stopping":
             w.state, w.reason = "stopped", w.reason or "stopped on request"
             w.retry_at = time.monotonic() + STATUS_INTERVAL  # once its lease is free again (a redo keeps it)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -87,6 +88,25 @@ def first_line(exc: BaseException) -> str:
         return f"{name.rsplit('.', 1)[-1]}: {message.splitlines()[0] if message else ''}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+#: an exception line of a Java or Python stack: ``[Caused by: ]package.Class[Exception|Error]: message``
+_EXCEPTION_LINE = re.compile(r"^\s*(?:Caused by: )?((?:[A-Za-z_$][\w$]*\.)*[A-Z][\w$]*(?:Exception|Error)): (.+)$")
+#: wrappers that say where a failure passed, not what it was
+_WRAPPERS = ("StreamingQueryException", "Py4JJavaError", "PythonException", "SparkException",
+             "ExecutionException", "RuntimeException")
+
+
+def root_cause(exc: BaseException) -> str:
+    """What broke, in one line: the innermost exception named anywhere in ``exc``'s text and Java causes (a
+    ``foreachBatch`` failure arrives as a StreamingQueryException holding a Python traceback holding a Java stack),
+    wrappers skipped, e.g. ``FileNotFoundException: File file:/.../x.jsonl does not exist``."""
+    lines = [f"{name}: {message}" for name, message in _java_chain(exc) if message and message != "None"]
+    lines += [f"{m.group(1)}: {m.group(2)}" for m in map(_EXCEPTION_LINE.match, str(exc).splitlines()) if m]
+    named = [line for line in lines if line.split(":", 1)[0].rsplit(".", 1)[-1] not in _WRAPPERS]
+    chosen = (named or lines or [first_line(exc)])[-1]
+    name, _, message = chosen.partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}: {message.strip()[:500]}"
 
 
 def retrying(what: str, action: Callable[[], T], timeout: timedelta,
