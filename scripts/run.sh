@@ -130,11 +130,15 @@ os.kill(int(sys.argv[1]), signal.SIGPIPE)
   pids+=($!)
 fi
 
-say "==> sample producer: live events for stream 'clicks' (1% malformed, 2% late)"
-env "$TOKEN" setsid python -m laketide.dev.producer --mode live --rate 20 --flush-seconds 10 \
+say "==> sample producers: live events for streams 'clicks' and 'orders' (1% malformed, 2% late)"
+env "$TOKEN" setsid python -m laketide.dev.producer --stream clicks --mode live --rate 20 --flush-seconds 10 \
   --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer.log" 2>&1 &
 producer=$!
 pids+=("$producer")
+env "$TOKEN" setsid python -m laketide.dev.producer --stream orders --mode live --rate 2 --flush-seconds 10 \
+  --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer-orders.log" 2>&1 &
+producer_orders=$!
+pids+=("$producer_orders")
 
 say "==> Airflow standalone (first start migrates its database: about a minute)"
 env "$TOKEN" setsid "${AIRFLOW_COMMAND[@]}" >"$LOGS/airflow.log" 2>&1 &
@@ -161,22 +165,24 @@ say "
   laketide is running.
 
   Airflow UI     $url   login: admin / $password
-  Writer DAG     laketide_ingest_clicks (continuous; laketide_ingest_clicks_once for a one-off run)
-  Close DAG      laketide_close_clicks (hourly: sensor -> Great Expectations -> closed + Asset event)
-                 laketide_example_downstream runs on every closed hour
+  Writer DAG     laketide_ingest_web: one application writes both streams (laketide_ingest_<stream>_once:
+                 a one-off run); its metrics: http://localhost:9108/metrics
+  Close DAGs     laketide_close_clicks, laketide_close_orders (hourly: sensor -> Great Expectations -> closed)
+                 laketide_example_downstream runs on the closed hours
   Maintenance    laketide_maintain_after_close (compaction of closed hours), laketide_maintain_daily (expiry,
                  orphans), laketide_maintain_thresholds (hourly); laketide_maintain: manual, with a form
-  Iceberg tables laketide.lake.clicks (events), laketide.lake.clicks_rejects (bad lines + reason)
+  Iceberg tables laketide.lake.clicks, laketide.lake.orders (events); lake.<stream>_rejects (bad lines + reason)
   Catalog        $LAKETIDE_HOME/catalog.db (SQLite)   warehouse: $LAKETIDE_HOME/warehouse
-  Landing zone   $LAKETIDE_HOME/landing/clicks   (producer log: $LOGS/producer.log)
-  Check counts   make reconcile      (per partition: audit == lake + rejects)
-  Hour status    make status         (open / complete / empty / gap / closed ... per hour)
+  Landing zones  $LAKETIDE_HOME/landing/<stream>   (producer logs: $LOGS/producer*.log)
+  Check counts   ./laketide reconcile    (per hour: audit == lake + rejects)
+  Hour status    ./laketide status       (every hour's state, the hours being written, table health)
+  Snapshots      ./laketide snapshots    (the ids a redo returns to: ./laketide redo --stream clicks --snapshot-id ID)
   Logs           $LOGS/airflow.log; writer logs in the Airflow UI (task 'writer')
 
   Ctrl-C stops everything.
 "
 status=0
-wait -n "$producer" "$airflow" || status=$?
+wait -n "$producer" "$producer_orders" "$airflow" || status=$?
 # not a requested stop (that exits from the trap): the producer or Airflow ended by itself
 if kill -0 "$airflow" 2>/dev/null; then
   say "error: the producer exited ($status); see $LOGS/producer.log" >&2

@@ -345,7 +345,12 @@ class Application:
         if port:
             from laketide.ingest.metrics import MetricsServer
 
-            self.metrics = MetricsServer(port, self.group)
+            try:
+                self.metrics = MetricsServer(port, self.group)
+            except OSError as exc:  # the figures are a view: a port in use never stops the writers
+                log.warning("writer group %s: no metrics endpoint on port %d (%s)", self.group, port, exc)
+                return
+            log.info("writer group %s: Prometheus metrics on http://0.0.0.0:%d/metrics", self.group, port)
             self.metrics.update(self.writers)
 
 
