@@ -102,7 +102,9 @@ def _asset(name: str) -> str:
     return resources.files("laketide.airflow.ui").joinpath("static", name).read_text(encoding="utf-8")
 
 
-app = FastAPI(title="laketide lakehouse view", description=__doc__, responses=ERRORS)
+# no unauthenticated documentation routes (/docs, /redoc, /openapi.json): every route needs the login
+app = FastAPI(title="laketide lakehouse view", description=__doc__, responses=ERRORS, docs_url=None, redoc_url=None,
+              openapi_url=None)
 
 
 @app.get("/", response_class=HTMLResponse, dependencies=UI, include_in_schema=False)
