@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from laketide.airflow.ui import board  # noqa: E402
-from laketide.close.partitions import State  # noqa: E402
-from laketide.close.status import StatusRecord, record  # noqa: E402
-from laketide.dev.commits import commit_files, land  # noqa: E402
-from tests.helpers import load, write_config  # noqa: E402
+from laketide.airflow.ui import board
+from laketide.close.partitions import State
+from laketide.close.status import StatusRecord, record
+from laketide.dev.commits import commit_files, land
+from tests.helpers import load, write_config
 
 
 def history(stream: str, first: datetime, hours: int) -> list[StatusRecord]:
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     first = current - timedelta(hours=hours)
     records = history("clicks", first, hours - 3)  # the last hours are being written
     began = time.perf_counter()
-    months = [records[i:i + len(records) // args.months + 1] for i in range(0, len(records), len(records) // args.months + 1)]
+    size = len(records) // args.months + 1
+    months = [records[i:i + size] for i in range(0, len(records), size)]
     for chunk in months:
         record(config, *chunk)
     written = time.perf_counter() - began

@@ -94,7 +94,7 @@ def test_timeline_and_the_redo_confirmation(lake: UiLake) -> None:
                          "end": None, "dry_run": True}
     assert plan.snapshots_left_out == 3 and plan.hours == [lake.key(-7), lake.key(-6), lake.key(-5)]
     assert plan.reingest_files == 4 and f"back to snapshot {lake.snapshots[1]}" in plan.report[0]
-    with pytest.raises(RequestError, match="12345 is not in the history of lake.clicks"):
+    with pytest.raises(RequestError, match=r"12345 is not in the history of lake\.clicks"):
         panels.redo_plan(lake.config, lake.stream, "12345", "alice")
 
 
@@ -170,10 +170,10 @@ def test_a_manual_actions_task_log_starts_with_its_plan_then_its_outcome(lake: U
 def client(lake: UiLake, airflow_db: Path) -> Iterator[Any]:
     import os
 
-    from fastapi.testclient import TestClient
-
     from airflow.api_fastapi.app import create_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from fastapi.testclient import TestClient
+
     from laketide.airflow.ui.app import app
 
     manager = create_auth_manager()

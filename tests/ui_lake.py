@@ -53,12 +53,10 @@ def build_ui_lake(home: Path, catalog_name: str = "laketide") -> UiLake:
     config = load(config_path)
     stream = config.stream("clicks")
     now_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    hour = lambda offset: now_hour + timedelta(hours=offset)  # noqa: E731
+    hour = lambda offset: now_hour + timedelta(hours=offset)
     snapshots = []
-    seq = 0
     for batch, offset in enumerate((-10, -8, -7, -6, -5)):
-        seq += 1
-        files = [land(stream, hour(offset), 40 + offset, seq, producer="ui")]
+        files = [land(stream, hour(offset), 40 + offset, batch + 1, producer="ui")]
         snapshots.append(commit_files(config, stream, batch, files, rejects=1 if offset == -7 else 0))
     pending = land(stream, hour(-3), 25, 99, producer="ui")
     finding = {"file": "20260101T00-ui-late.JSONL", "reason": "not a data file", "detail": "never read",
