@@ -99,20 +99,17 @@ def commit_files(config: LaketideConfig, stream: StreamConfig, batch_id: int, fi
             row[stream.event_time_field] = datetime.fromisoformat(str(record[stream.event_time_field])).astimezone(UTC)
             row["_source_file"], row["_batch_id"] = path.name, batch_id
             rows.append(row)
-    times = [r[stream.event_time_field] for r in rows]
+    times = [t for r in rows if isinstance(t := r[stream.event_time_field], datetime)]
     per_hour: dict[str, int] = {}
     for t in times:
-        assert isinstance(t, datetime)
         key = partition_key(t)
         per_hour[key] = per_hour.get(key, 0) + 1
     marker = table_marker(load_catalog(config.catalog), stream.table, stream.writer_id)
-    previous = marker.watermark if marker is not None else None
-    newest = max((t for t in times if isinstance(t, datetime)), default=None)
-    watermark = max(x for x in (previous and datetime.fromisoformat(previous), newest) if x) \
-        if (previous or newest) else None
+    candidates = [*times, *([datetime.fromisoformat(marker.watermark)] if marker and marker.watermark else [])]
+    watermark = max(candidates, default=None)
     extra = {VALID_ROWS: len(rows), REJECTED_ROWS: rejects,
-             MIN_EVENT_TIME: min(times).isoformat() if newest else None,  # type: ignore[type-var]
-             MAX_EVENT_TIME: newest.isoformat() if newest else None,
+             MIN_EVENT_TIME: min(times).isoformat() if times else None,
+             MAX_EVENT_TIME: max(times).isoformat() if times else None,
              WATERMARK: watermark.isoformat() if watermark else None}
     source = SourceFiles({p.name: file_stat(p) for p in files})
     props = summary_properties(stream.writer_id, batch_id, source, per_hour, extra)
