@@ -76,10 +76,12 @@ with DAG(
     def validate(**context: Any) -> dict[str, Any]:
         """Check every param and log the plan; a bad param fails without retry and changes nothing."""
         import getpass
+        import logging
 
         from airflow.sdk.exceptions import AirflowFailException
 
         from laketide.errors import RedoBusyError, RequestError
+        from laketide.redo import actions
         from laketide.redo.job import check_scope, running_redo
         from laketide.redo.params import validate as check
         from laketide.redo.plan import plan_request
@@ -100,7 +102,12 @@ with DAG(
         except (RequestError, RedoBusyError) as exc:
             raise AirflowFailException(f"redo refused, nothing changed: {exc}") from exc
         report = plan.lines(request.hours)
-        print("\n".join(report))
+        if request.dry_run:
+            report = ["DRY RUN: nothing changes; the redo would do this:", *report]
+        # the task log's first lines (a logger, not print: printed lines reach the log only when the task ends)
+        for line in report:
+            logging.getLogger("laketide.redo").info("%s", line)
+        actions.record(config, actions.from_redo_plan(plan, request, report))
         return {"stream": request.stream, "snapshot_id": str(request.snapshot_id), "user": request.user,
                 "start": request.hours.start.isoformat() if request.hours.start else "",
                 "end": request.hours.end.isoformat() if request.hours.end else "",
@@ -120,6 +127,7 @@ with DAG(
                   "--start", f"{{{{ {_CHECKED}['start'] }}}}", "--end", f"{{{{ {_CHECKED}['end'] }}}}",
                   "--user", f"{{{{ {_CHECKED}['user'] }}}}", "--run-id", "{{ run_id }}", "--dry-run", "false"],
         name="laketide-redo",
+        action="redo",
         fatal_exit_codes={**FATAL_EXIT_CODES, 4: "another redo of the stream runs, or its writer did not stop"},
     )
     apply(checked) >> redo

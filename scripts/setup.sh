@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Set up laketide on this machine, idempotently: system packages (Java, jarjar, JDBC drivers, and curl
-# and pgrep for the quickstart, PostgreSQL for the catalog tests), the .venv virtualenv with the pinned requirements, and the Spark jars.
+# and pgrep for the quickstart, PostgreSQL for the catalog tests, Chromium and its driver for the browser test of the
+# lakehouse view), the .venv virtualenv with the pinned requirements, and the Spark jars.
 # A second run does nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java curl procps postgresql)
+APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java curl procps postgresql chromium chromium-driver)
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 

@@ -38,6 +38,7 @@ from tests.helpers import JARS_DIR, JAVA_OPTIONS_ENV  # noqa: E402
 SLOWEST_FIRST = (
     "test_maintain", "test_faults", "test_fencing", "test_redo", "test_contention", "test_edges", "test_backfill",
     "test_writer", "test_history", "test_run_script", "test_dedupe", "test_repair", "test_dags", "test_close_dag",
+    "test_ui_browser",
 )
 
 

@@ -305,10 +305,18 @@ def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatc
     assert task_states(run) == {"validate": "success", "apply": "success", "redo": "skipped",
                                 "reopened_clicks": "skipped", "reclose_clicks": "skipped"}
     assert heads(lake) == before and checkpoint_files(lake) == ckpt
+    from laketide.redo import actions
+    from laketide.redo.params import check_run_id
+
+    def recorded(run: Any) -> list[str]:  # the action record's steps of a run (dry runs are recorded too)
+        return [r.outcome for r in actions.records(lake.config, "clicks") if r.run_id == check_run_id(run.run_id)]
+
+    assert recorded(run) == ["dry_run"]
 
     corrupt(lake)
     run = dag.test(run_conf={**form, "snapshot_id": str(lake.good), "dry_run": False})
     assert run.state == "success", task_states(run)
+    assert recorded(run) == ["planned", "done"]
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
     records = history(lake.config, "clicks")

@@ -63,5 +63,6 @@ def hour_range_action_dag(action: Kind, *, description: str, doc_md: str | None,
             job_args=job_args("validate"),
             fatal_exit_codes=FATAL_EXIT_CODES,
             name=f"laketide-{action}",
+            action=action,
         )
     return dag

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -27,16 +28,20 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
     :param job_args: arguments of the job (templated)
     :param fatal_exit_codes: exit codes of the job that fail the task without retrying (default
         :data:`FATAL_EXIT_CODES`), with what they mean
+    :param action: a manual action's job (``redo``, ``backfill``, ``repair``): the task log then starts with the
+        plan (the ``validate`` task's result), the job's own output follows in a collapsed log group, and the
+        outcome (from the action record) comes right after that group
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "job_args")
 
     def __init__(self, *, job: str, job_args: list[str], fatal_exit_codes: dict[int, str] | None = None,
-                 **kwargs: Any) -> None:
+                 action: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("conn_id", "spark_default")
         super().__init__(application=str(SPARK_JOBS / job), **kwargs)
         self.job_args = job_args
         self.fatal_exit_codes = dict(FATAL_EXIT_CODES if fatal_exit_codes is None else fatal_exit_codes)
+        self.action = action
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -63,9 +68,16 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
             **(self.env_vars or {}),
         }
         self.application_args = list(self.job_args)
+        if self.action is not None:
+            for line in plan_lines(self.action, context["ti"].xcom_pull(task_ids="validate")):
+                self.log.info("%s", line)
+            self.log.info("::group::%s: the Spark job's output", Path(self.application).name)
         try:
             super().execute(context)
         except AirflowException as exc:
+            if self.action is not None:
+                self.log.info("::endgroup::")
+                self.log.error("%s failed: its output is in the group above", self.action)
             match = re.search(r"Error code is: (\d+)", str(exc))
             code = int(match.group(1)) if match else None
             if code in self.fatal_exit_codes:
@@ -74,3 +86,31 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
                     "The task log above has the job's message and what to do."
                 ) from exc
             raise
+        if self.action is not None:
+            self.log.info("::endgroup::")
+            for line in outcome_lines(config, self.action, context["run_id"]):
+                self.log.info("%s", line)
+
+
+def plan_lines(action: str, checked: Any) -> list[str]:
+    """The first lines of a manual action's job task: the plan its ``validate`` task checked."""
+    if not isinstance(checked, dict):
+        return [f"{action}: no plan from the validate task"]
+    if isinstance(checked.get("report"), list):  # the redo's
+        return [str(line) for line in checked["report"]]
+    dry = checked.get("dry_run") in (True, "true")
+    return [f"{'DRY RUN: ' if dry else ''}{action} of stream {checked.get('stream')} "
+            f"[{checked.get('start')}, {checked.get('end')}) requested by {checked.get('requested_by')}"]
+
+
+def outcome_lines(config: Any, action: str, run_id: str) -> list[str]:
+    """The outcome of a manual action's job, from the action record of this Airflow run."""
+    from laketide.redo import actions
+    from laketide.redo.params import check_run_id
+
+    ids = {run_id, check_run_id(run_id)}  # the redo records its run id made fit for a file name
+    done = [r for r in actions.records(config) if r.action == action and r.run_id in ids and r.outcome in
+            actions.FINAL]
+    if not done:
+        return [f"{action}: no outcome recorded for run {run_id}"]
+    return ["outcome:", *done[-1].lines()]

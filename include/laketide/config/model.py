@@ -138,6 +138,12 @@ def _shared_keys(config: LaketideConfig) -> list[str]:
     if ("table", status) in owners:
         problems.append(f"close.status_table: {status!r} is {owners[('table', status)]}; "
                         "use a table of its own (default laketide.partition_status)")
+    actions = config.close.action_table
+    taken = {**{v: o for (k, v), o in owners.items() if k == "table"}, status: "the status table",
+             config.maintenance.record_table: "the maintenance record"}
+    if actions in taken:
+        problems.append(f"close.action_table: {actions!r} is {taken[actions]}; "
+                        "use a table of its own (default laketide.action_log)")
     return problems
 
 

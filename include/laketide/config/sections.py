@@ -58,6 +58,8 @@ class CloseConfig(_Strict):
 
     #: Iceberg table (namespace.table) holding every partition's state, counts and verification result
     status_table: str = "laketide.partition_status"
+    #: Iceberg table (namespace.table) recording every manual action (redo, backfill, repair), dry runs included
+    action_table: str = "laketide.action_log"
     #: where Great Expectations validation results are kept, one JSON file per check
     results_dir: Path
     #: ``module:function`` called with the Airflow context when a close fails (gap, failed verification)
@@ -81,7 +83,7 @@ class CloseConfig(_Strict):
                              f"({_secs(self.poke_interval)}); the sensor would give up before its second check")
         return self
 
-    @field_validator("status_table")
+    @field_validator("status_table", "action_table")
     @classmethod
     def _table(cls, value: str) -> str:
         return check_table_name(value)

@@ -62,6 +62,9 @@ def main(kind: Kind, argv: list[str] | None = None) -> int:
     except (ConfigError, ActionRequestError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # the plan first: what a reader of the task's log sees before Spark's start-up lines
+    for line in plan_lines(request, plan):
+        print(line, flush=True)
 
     from laketide.lake.spark import build_session
 
@@ -84,10 +87,25 @@ def main(kind: Kind, argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     record_outcome(config, outcome, args.run_id)
+    from laketide.redo import actions
+
+    actions.record(config, actions.from_outcome(outcome, args.run_id))  # dry runs too
     for line in outcome.lines():
         print(line)
     print(json.dumps(outcome.as_dict(), sort_keys=True))
     return 0
+
+
+def plan_lines(request: Any, plan: Any = None) -> list[str]:
+    """What the job is about to do, before Spark starts: the request, and for a backfill its landing files."""
+    head = f"{'DRY RUN: ' if request.dry_run else ''}{request.describe()} requested by {request.requested_by}"
+    lines = [head, f"  hours: {len(request.hours)} ({request.start.isoformat()} to {request.end.isoformat()})"]
+    if plan is not None:
+        shown = ", ".join(plan.files[:5]) + (", ..." if len(plan.files) > 5 else "")
+        lines.append(f"  landing files to re-read: {len(plan.files)}" + (f" ({shown})" if shown else ""))
+        if plan.pending:
+            lines.append(f"  landing files of the range not ingested yet (left to the writer): {len(plan.pending)}")
+    return lines
 
 
 def check_params(kind: Kind, params: dict[str, Any], requested_by: str | None = None) -> dict[str, str]:

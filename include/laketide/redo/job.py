@@ -244,10 +244,13 @@ def run(config: LaketideConfig, spark: SparkSession | None, request: RedoRequest
     req = {"stream": request.stream, "snapshot_id": request.snapshot_id, "start": _iso(request.hours.start),
            "end": _iso(request.hours.end), "dry_run": request.dry_run, "run_id": request.run_id,
            "user": request.user}
+    lines = plan.lines(request.hours)
+    for line in lines:  # the plan first: what a reader of the task's log sees before anything else
+        log.info("%s%s", "dry run: " if request.dry_run else "plan: ", line)
     if request.dry_run:
-        lines = plan.lines(request.hours)
-        for line in lines:
-            log.info("dry run: %s", line)
+        from laketide.redo import actions
+
+        actions.record(config, actions.from_redo_plan(plan, request, lines))
         return RedoResult(req, plan.to_dict(), lines,
                           {h: {"rows_before": plan.rows_now.get(h, 0), "rows_after": None,
                                "rejects_before": plan.rejects_now.get(h, 0), "rejects_after": None}
@@ -328,11 +331,17 @@ def _redo(config: LaketideConfig, spark: SparkSession, stream: StreamConfig, req
         ))
     if records:
         record(config, *records)
-    report = [*before.lines(request.hours), f"done: {stream.table} at snapshot {head}; checkpoint rebuilt (the old "
-              f"one is kept as {kept.name}); {len(records)} hour(s) recorded reopened"]
+    changes = [f"  hour {h}: rows {c['rows_before']} -> {c['rows_after']}, rejects {c['rejects_before']} -> "
+               f"{c['rejects_after']}" for h, c in hours.items()]
+    report = [f"done: redo {request.run_id} of {stream.name} by {request.user}: {stream.table} back to snapshot "
+              f"{request.snapshot_id}, now at snapshot {head}; checkpoint rebuilt (the old one is kept as "
+              f"{kept.name}); {len(records)} hour(s) recorded reopened", *changes, *before.lines(request.hours)]
     for line in report:
         log.info("%s", line)
     result = RedoResult(req, before.to_dict(), report, hours, head)
+    from laketide.redo import actions
+
+    actions.record(config, actions.from_redo_result(request, before.head_id, head, hours, report))
     saved.with_name(f"{request.run_id}.done.json").write_text(json.dumps(result.to_dict(), sort_keys=True))
     saved.unlink(missing_ok=True)
     return result

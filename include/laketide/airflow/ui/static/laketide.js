@@ -1,0 +1,259 @@
+/* The lakehouse view: plain JS, relative URLs only (the page may live under a base URL or behind a proxy). */
+"use strict";
+var laketide = (function () {
+  var state = { stream: null, selected: null };
+
+  function $(id) { return document.getElementById(id); }
+  function esc(v) {
+    return String(v === null || v === undefined ? "" : v).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+  function n(v) { return v === null || v === undefined ? "–" : Number(v).toLocaleString("en-US"); }
+  function secs(v) {
+    if (v === null || v === undefined) return "–";
+    var a = Math.abs(v);
+    if (a < 120) return v.toFixed(0) + " s";
+    if (a < 7200) return (v / 60).toFixed(1) + " min";
+    if (a < 172800) return (v / 3600).toFixed(1) + " h";
+    return (v / 86400).toFixed(1) + " d";
+  }
+  function bytes(v) {
+    var units = ["B", "KB", "MB", "GB", "TB"], i = 0;
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return (i ? v.toFixed(1) : v) + " " + units[i];
+  }
+  function get(url) {
+    return fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (!r.ok) { throw new Error(r.status + ": " + (body.detail ? JSON.stringify(body.detail) : r.statusText)); }
+        return body;
+      });
+    });
+  }
+  function fail(el, err) { el.innerHTML = '<p class="error">' + esc(err.message || err) + "</p>"; }
+  function table(head, rows) {
+    return "<table><tr>" + head.map(function (h) {
+      return '<th class="' + (h.charAt(0) === "#" ? "num" : "") + '">' + esc(h.replace(/^#/, "")) + "</th>";
+    }).join("") + "</tr>" + rows.join("") + "</table>";
+  }
+  function api(path) { return "api/streams/" + encodeURIComponent(state.stream) + "/" + path; }
+  function q(params) {
+    return Object.keys(params).filter(function (k) { return params[k]; }).map(function (k) {
+      return k + "=" + encodeURIComponent(params[k]);
+    }).join("&");
+  }
+
+  // ---------------------------------------------------------------- partition board
+  function title(c) {
+    var lines = [c.hour + " — " + c.state + (c.checked_now ? " (checked now)" : "")];
+    if (c.audit !== null || c.rows !== null) {
+      lines.push("audit " + n(c.audit) + " · lake " + n(c.rows) + " · rejects " + n(c.rejects) +
+        (c.duplicates_removed ? " · duplicates removed " + n(c.duplicates_removed) : ""));
+    }
+    if (c.reason) lines.push(c.reason);
+    return lines.join("\n");
+  }
+  function drawBoard(b) {
+    $("legend").innerHTML = b.states.map(function (s) {
+      return '<span data-legend="' + s + '"><i class="swatch s-' + s + '"></i>' + s + " " +
+        '<b class="muted">' + (b.counts[s] || 0) + "</b></span>";
+    }).join("") + '<span class="muted">hatched: checked now (being written)</span>';
+    $("board-meta").textContent = b.table + " · " + b.start + " → " + b.end + " · " + b.cells.length +
+      " hours · answered in " + b.elapsed_ms + " ms";
+    var html = ['<span></span>'];
+    for (var h = 0; h < 24; h++) html.push('<span class="hh">' + (h % 3 === 0 ? String(h).padStart(2, "0") : "") + "</span>");
+    var day = null, current = b.now.slice(0, 13);
+    b.cells.forEach(function (c) {
+      var d = c.hour.slice(0, 10), hour = parseInt(c.hour.slice(11, 13), 10);
+      if (d !== day) {
+        day = d;
+        // a new row: pad to a multiple of 25 grid items (label + 24 hours)
+        while ((html.length) % 25 !== 0) html.push("<span></span>");
+        html.push('<span class="day">' + d + "</span>");
+        for (var p = 0; p < hour; p++) html.push("<span></span>");
+      }
+      html.push('<span class="cell s-' + esc(c.state) + (c.checked_now ? " checked" : "") +
+        (c.hour.slice(0, 13) === current ? " now" : "") + '" data-hour="' + esc(c.hour) + '" data-state="' +
+        esc(c.state) + '" title="' + esc(title(c)) + '"></span>');
+    });
+    $("board").innerHTML = html.join("");
+    Array.prototype.forEach.call(document.querySelectorAll(".cell"), function (el) {
+      el.addEventListener("click", function () { showHour(el); });
+    });
+  }
+  function showHour(el) {
+    var box = $("hour");
+    Array.prototype.forEach.call(document.querySelectorAll(".cell.selected"), function (c) { c.classList.remove("selected"); });
+    el.classList.add("selected");
+    box.hidden = false;
+    box.textContent = "loading " + el.dataset.hour + " …";
+    get(api("hours/" + encodeURIComponent(el.dataset.hour))).then(function (d) {
+      var c = d.cell;
+      var head = "<b>" + esc(d.hour) + "</b> — " + '<i class="swatch s-' + esc(c.state) + '"></i> ' + esc(c.state) +
+        (c.checked_now ? " (checked now, not recorded)" : "") + '<dl class="kv">' +
+        "<dt>audit</dt><dd>" + n(c.audit) + "</dd><dt>lake</dt><dd>" + n(c.rows) + "</dd><dt>rejects</dt><dd>" +
+        n(c.rejects) + "</dd><dt>duplicates removed</dt><dd>" + n(c.duplicates_removed) + "</dd><dt>snapshot</dt><dd>" +
+        esc(c.snapshot_id || "–") + '</dd><dt>reason</dt><dd class="wrap">' + esc(c.reason || "") + "</dd></dl>";
+      var rows = d.steps.slice().reverse().map(function (s) {
+        return "<tr><td>" + esc(s.recorded_at) + '</td><td><i class="swatch s-' + esc(s.state) + '"></i> ' +
+          esc(s.state) + '</td><td class="num">' + n(s.audit) + '</td><td class="num">' + n(s.rows) +
+          '</td><td class="num">' + n(s.rejects) + "</td><td>" + esc(s.run_id || "") + '</td><td class="wrap">' +
+          esc(s.reason || "") + "</td></tr>";
+      });
+      box.innerHTML = head + (rows.length ? table(["recorded", "state", "#audit", "#lake", "#rejects", "run", "reason"], rows)
+        : '<p class="muted">nothing recorded for this hour yet</p>');
+    }).catch(function (e) { fail(box, e); });
+  }
+  function loadBoard() {
+    var params = { days: $("days").value, start: $("start").value.trim(), end: $("end").value.trim() };
+    $("board").textContent = "loading …";
+    return get(api("board?" + q(params))).then(drawBoard).catch(function (e) { fail($("board"), e); });
+  }
+
+  // ---------------------------------------------------------------- writer, landing, snapshots, actions, health
+  function loadWriter() {
+    return get(api("writer")).then(function (w) {
+      var badge = '<span class="badge ' + esc(w.state.split(" ")[0]) + '">' + esc(w.state) + "</span>";
+      var holder = w.holder ? " · " + esc(w.holder.mode) + " on " + esc(w.holder.host) + " pid " + w.holder.pid +
+        ", heartbeat " + secs(w.holder.heartbeat_age_s) + " ago" : "";
+      var f = w.freshness;
+      var kv = '<dl class="kv"><dt>writer</dt><dd>' + badge + " " + esc(w.writer_id) + holder + "</dd>" +
+        "<dt>lag</dt><dd>" + secs(w.lag_s) + " <span class=muted>(now − watermark " + esc(w.watermark || "none") + ")</span></dd>" +
+        "<dt>backlog</dt><dd>" + w.backlog_files + " file(s), " + bytes(w.backlog_bytes) +
+        (w.oldest_backlog ? " <span class=muted>oldest " + esc(w.oldest_backlog) + ", landed " + esc(w.oldest_backlog_landed) + "</span>" : "") + "</dd>" +
+        "<dt>landed → committed</dt><dd>" + (f.files ? "median " + secs(f.median_s) + ", max " + secs(f.max_s) +
+          " <span class=muted>(" + f.files + " file(s) in " + f.commits + " commit(s), last hour)</span>" : "no commit in the last hour") + "</dd>" +
+        "<dt>last commit</dt><dd>" + esc(w.last_commit || "none") + "</dd></dl>";
+      var rows = w.batches.map(function (b) {
+        return '<tr><td class="num">' + b.batch_id + '</td><td class="num">' + n(b.rows) + '</td><td class="num">' +
+          n(b.rejects) + "</td><td>" + esc((b.min_event_time || "–") + " → " + (b.max_event_time || "–")) + "</td><td>" +
+          esc(b.committed_at) + '</td><td class="num">' + secs(b.freshness_s) + "</td></tr>";
+      });
+      $("writer").innerHTML = kv + (rows.length ? table(["#batch", "#rows", "#rejects", "event times", "committed", "#landed→committed"], rows) : "");
+    }).catch(function (e) { fail($("writer"), e); });
+  }
+  function loadLanding() {
+    return get(api("landing")).then(function (l) {
+      var rows = l.reported.map(function (f) {
+        return "<tr><td>" + esc(f.file) + "</td><td>" + esc(f.reason) + (f.blocking ? "" : " <span class=muted>(note)</span>") +
+          "</td><td>" + esc(f.hours.join(", ")) + "</td><td>" + esc(f.source) + '</td><td class="wrap">' + esc(f.detail) + "</td></tr>";
+      });
+      $("landing").innerHTML = "<p>" + l.pending.length + " landed file(s) not committed yet" +
+        (l.pending.length ? ": " + esc(l.pending.slice(0, 5).join(", ")) + (l.pending.length > 5 ? ", …" : "") : "") + "</p>" +
+        (rows.length ? table(["file", "reason", "hours", "found by", "detail"], rows) : '<p class="muted">no reported file</p>');
+    }).catch(function (e) { fail($("landing"), e); });
+  }
+  function loadSnapshots() {
+    return get(api("snapshots?limit=30")).then(function (t) {
+      var rows = t.snapshots.map(function (s) {
+        var redo = s.current ? '<span class="muted">current</span>' :
+          '<a class="redo" href="redo?' + q({ stream: state.stream, snapshot_id: s.snapshot_id }) + '">redo from here</a>';
+        return "<tr><td>" + esc(s.snapshot_id) + "</td><td>" + esc(s.committed_at) + "</td><td>" + esc(s.what) +
+          '</td><td class="num">' + n(s.rows) + '</td><td class="num">' + n(s.rejects) + "</td><td>" +
+          esc(s.watermark || "") + "</td><td>" + redo + "</td></tr>";
+      });
+      $("snapshots").innerHTML = rows.length ? table(["snapshot id", "committed", "what", "#rows", "#rejects", "watermark", ""], rows)
+        : '<p class="muted">no snapshot yet (the writer creates the table)</p>';
+    }).catch(function (e) { fail($("snapshots"), e); });
+  }
+  function changes(hours) {
+    return Object.keys(hours).map(function (h) {
+      var c = hours[h];
+      return esc(h.slice(0, 13)) + ": " + n(c.rows_before) + " → " + n(c.rows_after) +
+        (c.duplicates_removed ? " (−" + n(c.duplicates_removed) + " dup)" : "");
+    }).join("<br>");
+  }
+  function loadHistory() {
+    return get(api("history")).then(function (h) {
+      var rows = h.actions.map(function (a) {
+        return "<tr><td>" + esc(a.recorded_at) + "</td><td>" + esc(a.action) + "</td><td>" + esc(a.outcome) +
+          (a.dry_run ? " <span class=muted>(dry run)</span>" : "") + "</td><td>" + esc(a.requested_by || "") + "</td><td>" +
+          esc(a.from_snapshot || "–") + " → " + esc(a.to_snapshot || "–") + '</td><td class="wrap">' + changes(a.hours) +
+          "</td><td>" + esc(a.run_id || a.action_id) + "</td></tr>";
+      });
+      $("history").innerHTML = rows.length ? table(["when", "action", "outcome", "who", "snapshot from → to", "rows before → after per hour", "run"], rows)
+        : '<p class="muted">no redo, backfill or repair yet</p>';
+    }).catch(function (e) { fail($("history"), e); });
+  }
+  function loadHealth() {
+    return get("api/health").then(function (h) {
+      var rows = h.tables.map(function (t) {
+        return "<tr><td>" + esc(t.table) + '</td><td class="num">' + n(t.files) + '</td><td class="num">' +
+          (t.small_file_ratio * 100).toFixed(0) + '%</td><td class="num">' + n(t.closed_hours) + '</td><td class="num">' +
+          n(t.max_files_per_closed_hour) + '</td><td class="num">' + n(t.manifests) + '</td><td class="num">' + n(t.snapshots) +
+          '</td><td class="num">' + bytes(t.metadata_bytes) + "</td><td>" + esc(t.last_maintenance || "never") + "</td></tr>";
+      });
+      var steps = h.maintenance.slice(0, 15).map(function (m) {
+        return "<tr><td>" + esc(m.started_at) + "</td><td>" + esc(m.outcome) + '</td><td class="wrap">' + esc(m.line) + "</td></tr>";
+      });
+      $("health").innerHTML = table(["table", "#files", "#small", "#closed h", "#max files/closed h", "#manifests", "#snapshots", "#metadata", "last maintenance"], rows) +
+        (steps.length ? "<h2>Recent maintenance</h2>" + table(["started", "outcome", "what"], steps) : '<p class="muted">no maintenance recorded yet</p>');
+    }).catch(function (e) { fail($("health"), e); });
+  }
+  function loadAll() {
+    $("status").textContent = "loading …";
+    return Promise.all([loadBoard(), loadWriter(), loadLanding(), loadSnapshots(), loadHistory(), loadHealth()])
+      .then(function () { $("status").textContent = "updated " + new Date().toISOString().slice(11, 19) + " UTC"; });
+  }
+  function main() {
+    get("api/streams").then(function (s) {
+      $("stream").innerHTML = s.streams.map(function (x) { return "<option>" + esc(x.name) + "</option>"; }).join("");
+      var wanted = new URLSearchParams(location.search).get("stream");
+      state.stream = wanted && s.streams.some(function (x) { return x.name === wanted; }) ? wanted : (s.streams[0] || {}).name;
+      $("stream").value = state.stream;
+      if (!state.stream) { $("status").textContent = "no stream configured"; return; }
+      loadAll();
+    }).catch(function (e) { fail($("board"), e); });
+    $("stream").addEventListener("change", function () { state.stream = $("stream").value; loadAll(); });
+    $("days").addEventListener("change", loadBoard);
+    $("refresh").addEventListener("click", loadAll);
+  }
+
+  // ---------------------------------------------------------------- "redo from here": the confirmation page
+  function redoPage() {
+    var params = new URLSearchParams(location.search);
+    state.stream = params.get("stream");
+    var snapshot = params.get("snapshot_id"), plan = null;
+    $("p-stream").textContent = state.stream || "";
+    $("p-snapshot").textContent = snapshot || "";
+    $("p-dry").addEventListener("change", function () {
+      $("warning").hidden = $("p-dry").checked;
+      $("trigger").textContent = $("p-dry").checked ? "Start dry run" : "Start redo";
+    });
+    $("trigger").disabled = true;
+    get(api("redo-plan?" + q({ snapshot_id: snapshot }))).then(function (p) {
+      plan = p;
+      $("dag-id").textContent = p.dag_id;
+      $("plan").textContent = p.report.join("\n");
+      $("note").textContent = p.note;
+      $("trigger").disabled = false;
+    }).catch(function (e) { fail($("result"), e); });
+    $("redo-form").addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      if (!plan) return;
+      var conf = Object.assign({}, plan.conf, {
+        start: $("p-start").value.trim() || null, end: $("p-end").value.trim() || null, dry_run: $("p-dry").checked
+      });
+      $("trigger").disabled = true;
+      $("result").textContent = "starting …";
+      // Airflow's own REST API, as the logged-in user (the UI's cookie): relative to this page under /laketide/
+      fetch("../api/v2/dags/" + encodeURIComponent(plan.dag_id) + "/dagRuns", {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ logical_date: null, conf: conf,
+          note: (conf.dry_run ? "dry run: " : "") + "redo of " + conf.stream + " from snapshot " + conf.snapshot_id +
+            " (lakehouse view)" })
+      }).then(function (r) {
+        return r.json().catch(function () { return {}; }).then(function (body) {
+          if (!r.ok) throw new Error(r.status + ": " + JSON.stringify(body.detail || body));
+          var href = "../dags/" + encodeURIComponent(plan.dag_id) + "/runs/" + encodeURIComponent(body.dag_run_id);
+          $("result").innerHTML = "<p>Started " + (conf.dry_run ? "a dry run" : "the redo") + ': <a id="run-link" target="_top" href="' +
+            esc(href) + '">' + esc(body.dag_run_id) + "</a> (" + esc(body.state) + ")</p>";
+        });
+      }).catch(function (e) { fail($("result"), e); $("trigger").disabled = false; });
+    });
+  }
+
+  return { main: main, redoPage: redoPage };
+})();

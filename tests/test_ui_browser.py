@@ -1,0 +1,223 @@
+"""The lakehouse view as a user sees it: a real Airflow API server (SQLite, SimpleAuthManager, the laketide DAGs
+serialized, the plugin loaded from ``plugins/``) started once for the module, headless Chromium driven by Selenium
+logging in through Airflow's login form, the board of a prepared small lake, and "redo from here" starting a dry
+run through Airflow's REST API as the logged-in user. Every endpoint of the plugin refuses an unauthenticated
+request (401) and a user without the permission (403: SimpleAuthManager's ``viewer`` role has no DAG-run create,
+a user with no role has nothing)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laketide.config import REPO_ROOT
+from tests.ui_lake import EXPECTED, UiLake, build_ui_lake
+
+pytestmark = pytest.mark.slow
+PASSWORDS = {"admin": "admin-pw", "viewer": "viewer-pw", "nobody": "nobody-pw"}
+CHROME_ARGS = ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--window-size=1400,1000")
+
+
+@dataclass
+class Server:
+    url: str
+    lake: UiLake
+    log: Path
+
+    def request(self, path: str, token: str | None = None, data: Any = None) -> tuple[int, Any]:
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        body = None
+        if data is not None:
+            body, headers["Content-Type"] = json.dumps(data).encode(), "application/json"
+        req = urllib.request.Request(self.url + path, data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                text = resp.read()
+                is_json = resp.headers.get_content_type() == "application/json"
+                return resp.status, json.loads(text or b"null") if is_json else text.decode()
+        except urllib.error.HTTPError as exc:
+            text = exc.read()
+            try:
+                return exc.code, json.loads(text)
+            except ValueError:
+                return exc.code, text.decode(errors="replace")
+        except urllib.error.URLError as exc:  # not listening (yet)
+            return 0, str(exc)
+
+    def token(self, user: str) -> str:
+        status, body = self.request("/auth/token", data={"username": user, "password": PASSWORDS[user]})
+        assert status in (200, 201), body
+        return str(body["access_token"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    lake = build_ui_lake(tmp_path_factory.mktemp("ui-lake"))
+    home = tmp_path_factory.mktemp("ui-airflow")
+    (home / "passwords.json").write_text(json.dumps(PASSWORDS))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "LAKETIDE"))}
+    env.update({
+        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,nobody:",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__WORKERS": "1", "LAKETIDE_CONFIG": str(lake.config_path),
+        "TZ": "UTC", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    })
+    airflow = [sys.executable, "-m", "airflow"]
+    for step in (["db", "migrate"], ["dags", "reserialize"]):  # the redo trigger needs the DAGs serialized
+        done = subprocess.run([*airflow, *step], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = home / "api-server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*airflow, "api-server", "--port", str(port)], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    srv = Server(f"http://127.0.0.1:{port}", lake, log)
+    try:
+        deadline = time.monotonic() + 180
+        while srv.request("/api/v2/monitor/health")[0] != 200:
+            assert proc.poll() is None, f"the API server exited: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"the API server did not answer: {log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield srv
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def endpoints(lake: UiLake) -> dict[str, str]:
+    """Every route of the plugin, and who may use it (the user with the least rights that may)."""
+    hour, snapshot = lake.key(-7), lake.snapshots[1]
+    base = "/laketide/api/streams/clicks"
+    return {"/laketide/": "viewer", "/laketide/static/laketide.js": "viewer", "/laketide/api/streams": "viewer",
+            f"{base}/board": "viewer", f"{base}/hours/{hour}": "viewer", f"{base}/writer": "viewer",
+            f"{base}/snapshots": "viewer", f"{base}/landing": "viewer", f"{base}/history": "viewer",
+            "/laketide/api/health": "viewer", f"/laketide/redo?stream=clicks&snapshot_id={snapshot}": "admin",
+            f"{base}/redo-plan?snapshot_id={snapshot}": "admin"}
+
+
+def test_every_endpoint_needs_the_login_and_the_permission(server: Server) -> None:
+    from laketide.airflow.ui.app import app
+
+    routes = {getattr(r, "path", "") for r in app.routes}
+    listed = endpoints(server.lake)
+    covered = {p.split("?")[0].replace("/laketide", "", 1) for p in listed}
+    for route in routes:  # a new route must be added to the list above
+        pattern = route.replace("{stream}", "clicks").replace("{hour}", server.lake.key(-7)).replace(
+            "{name}", "laketide.js")
+        assert pattern in covered, f"route {route} is not checked"
+    viewer, nobody, admin = server.token("viewer"), server.token("nobody"), server.token("admin")
+    for path, least in listed.items():
+        assert server.request(path)[0] == 401, path
+        assert server.request(path, "not-a-token")[0] in (401, 403), path
+        assert server.request(path, nobody)[0] == 403, path
+        assert server.request(path, viewer)[0] == (200 if least == "viewer" else 403), path
+        assert server.request(path, admin)[0] == 200, path
+
+
+def test_unknown_stream_and_hour_get_a_clear_error(server: Server) -> None:
+    admin = server.token("admin")
+    status, body = server.request("/laketide/api/streams/nope/board", admin)
+    assert status == 404 and body["detail"] == "unknown stream 'nope': configured streams are ['clicks']"
+    status, body = server.request("/laketide/api/streams/clicks/hours/2026-11-22T03:30:00+00:00", admin)
+    assert status == 400 and "is not the start of an hour" in body["detail"], body
+    status, body = server.request("/laketide/api/streams/clicks/board?start=yesterday", admin)
+    assert status == 400 and "not an ISO timestamp" in body["detail"], body
+    status, body = server.request("/laketide/api/streams/clicks/redo-plan?snapshot_id=12345", admin)
+    assert status == 400 and "12345 is not in the history of lake.clicks" in body["detail"], body
+
+
+def browser(download_dir: Path) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in (*CHROME_ARGS, f"--user-data-dir={download_dir}"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Server, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    lake = server.lake
+    driver = browser(tmp_path / "chromium")
+    shot = tmp_path / "lakehouse-view.png"
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(server.url + "/")
+        wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
+        driver.find_element(By.NAME, "password").send_keys(PASSWORDS["admin"])
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "/auth/login" not in d.current_url)
+        driver.get(server.url + "/plugin/laketide")  # the view's entry in the UI's navigation
+        driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".cell[data-state=reopened]")))
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "a.redo")))
+        cells = {c.get_attribute("data-hour"): c for c in driver.find_elements(By.CSS_SELECTOR, ".cell")}
+        for offset, state in EXPECTED.items():
+            cell = cells[lake.key(offset)]
+            assert cell.get_attribute("data-state") == state, (offset, cell.get_attribute("title"))
+        assert "audit 40 · lake 33 · rejects 1" in cells[lake.key(-7)].get_attribute("title")
+        assert "backlog" in cells[lake.key(-3)].get_attribute("title")
+        cells[lake.key(-7)].click()  # the hour's facts
+        wait.until(ec.text_to_be_present_in_element((By.ID, "hour"), "audit 40 != lake 33 + rejects 1"))
+        assert lake.pending_file in driver.find_element(By.ID, "landing").text
+        assert "repair" in driver.find_element(By.ID, "history").text
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(shot))
+        print(f"screenshot of the lakehouse view: {shot}")
+
+        driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
+        target = str(lake.snapshots[1])
+        link = driver.find_element(By.CSS_SELECTOR, f"a.redo[href*='snapshot_id={target}']")
+        link.click()  # the confirmation page, in the same frame
+        wait.until(ec.text_to_be_present_in_element((By.ID, "plan"), f"back to snapshot {target}"))
+        assert driver.find_element(By.ID, "p-dry").is_selected()  # a dry run first
+        wait.until(ec.element_to_be_clickable((By.ID, "trigger"))).click()
+        run_link = wait.until(ec.presence_of_element_located((By.ID, "run-link")))
+        run_id = run_link.text
+        assert f"{server.url}/dags/laketide_redo/runs/" in run_link.get_attribute("href")  # the UI's run page
+        driver.save_screenshot(str(tmp_path / "redo-confirmation.png"))
+    finally:
+        driver.quit()
+
+    status, runs = server.request("/api/v2/dags/laketide_redo/dagRuns", server.token("admin"))
+    assert status == 200
+    (run,) = [r for r in runs["dag_runs"] if r["dag_run_id"] == run_id]
+    assert run["conf"] == {"stream": "clicks", "snapshot_id": target, "at": None, "start": None, "end": None,
+                           "dry_run": True}
+    assert run["triggering_user_name"] == "admin" and run["triggered_by"] == "ui"  # the browser, as the user
