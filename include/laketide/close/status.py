@@ -275,6 +275,30 @@ def format_live(statuses: list[PartitionStatus]) -> list[str]:
             f"{'(checked now)':<25} {s.reason}" for s in statuses]
 
 
+def _writers(config: LaketideConfig) -> dict[str, str]:
+    """One line per stream on its writer, as its application last reported it (``lake.writer_status``)."""
+    import time
+
+    from laketide.lake.lease import engine_for
+    from laketide.lake.writer_status import read
+
+    engine = engine_for(config.catalog)
+    try:
+        statuses = read(engine)
+    except Exception:  # the catalog database cannot be read: the hours still can be
+        return {}
+    finally:
+        engine.dispose()
+    out = {}
+    for name, st in statuses.items():
+        figures = st.figures
+        fresh = (f"; landed -> committed p95 {figures['p95']:.0f}s, lag {figures.get('lag') or 0:.0f}s, backlog "
+                 f"{figures.get('backlog')} file(s)" if figures.get("p95") is not None else "")
+        out[name] = (f"{st.state} in group {st.group} ({figures.get('application', st.host)}), reported "
+                     f"{int(time.time() - st.updated_at)}s ago{fresh}" + (f": {st.reason}" if st.reason else ""))
+    return out
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -305,9 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = get_config()
         streams = [config.stream(args.stream)] if args.stream else config.streams
+        writers = _writers(config)
         for stream in streams:
             what = "every recorded state" if args.all else "latest state per partition"
             print(f"stream {stream.name}: {config.close.status_table} ({what})")
+            if stream.name in writers:
+                print(f"  writer: {writers[stream.name]}")
             records = history(config, stream.name) if args.all else list(latest(config, stream.name).values())
             if records:
                 print("\n".join(format_table(records)))

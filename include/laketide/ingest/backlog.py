@@ -102,32 +102,52 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+@dataclass(frozen=True)
+class Latency:
+    """Landed -> committed over a window: per file, the time of the commit that named it less its landing time."""
+
+    commits: int
+    files: int
+    p50: float | None
+    p95: float | None
+    max: float | None
+
+
+def latency(commits: Sequence[Snap], since_ms: int) -> Latency:
+    """:class:`Latency` of the writer ``commits`` (any order) at or after ``since_ms``."""
+    counted = 0
+    values: list[float] = []
+    for snap in commits:
+        if snap.timestamp_ms < since_ms:
+            continue
+        counted += 1
+        values += [max(0.0, (snap.timestamp_ms - stat.mtime_ms) / 1000)
+                   for stat in source_position(snap.summary).values() if stat is not None]
+    if not values:
+        return Latency(counted, 0, None, None, None)
+    return Latency(counted, len(values), _quantile(values, 0.5), _quantile(values, 0.95), max(values))
+
+
 def freshness(catalog: Any, stream: StreamConfig, now: datetime | None = None,
               window: timedelta = timedelta(hours=1)) -> Freshness:
-    """Landed -> committed latency of the files the writer committed in the last ``window`` (a commit's time less
-    its files' landing times, the modification times it recorded), the lag (now - watermark) and the backlog."""
+    """Landed -> committed latency of the files the writer committed in the last ``window`` (:func:`latency`), the
+    lag (now - watermark) and the backlog."""
     now = now or datetime.now(UTC)
     since = _ms_delta(now - window - datetime(1970, 1, 1, tzinfo=UTC))
-    latencies: list[float] = []
-    newest: Snap | None = None
-    watermark: str | None = None
+    commits: list[Snap] = []
 
     def stop(snap: Snap) -> bool:
-        nonlocal newest, watermark
         if snap.summary.get(WRITER_ID) == stream.writer_id:
-            if newest is None:
-                newest, watermark = snap, snap.summary.get(WATERMARK)
-            if snap.timestamp_ms >= since:
-                latencies.extend((snap.timestamp_ms - stat.mtime_ms) / 1000
-                                 for stat in source_position(snap.summary).values() if stat is not None)
-        return snap.timestamp_ms < since and newest is not None
+            commits.append(snap)
+        return snap.timestamp_ms < since and bool(commits)
 
     with contextlib.suppress(TableNotFoundError):
         lineage(catalog, stream.table, stop)
+    newest = commits[0] if commits else None
     files = landed_files(stream.landing_path)
     pending = uncommitted(catalog, stream, files) if newest is not None else list(files)
+    watermark = None if newest is None else newest.summary.get(WATERMARK)
     lag = None if watermark is None else (now - datetime.fromisoformat(watermark)).total_seconds()
     last = None if newest is None else datetime.fromtimestamp(newest.timestamp_ms / 1000, UTC)
-    values = [max(0.0, v) for v in latencies]
-    return Freshness(now, _quantile(values, 0.5) if values else None, _quantile(values, 0.95) if values else None,
-                     max(values) if values else None, len(values), lag, len(pending), last)
+    figures = latency(commits, since)
+    return Freshness(now, figures.p50, figures.p95, figures.max, figures.files, lag, len(pending), last)

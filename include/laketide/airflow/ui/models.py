@@ -109,13 +109,26 @@ class Freshness(BaseModel):
     commits: int
     files: int
     median_s: float | None = None
+    p95_s: float | None = None
     max_s: float | None = None
+
+
+class Reported(BaseModel):
+    """What the stream's writer application last reported (its writer status record)."""
+
+    group: str
+    state: str = Field(description="running, waiting, failed, stopped, done")
+    reason: str
+    application: str
+    updated_at: str
 
 
 class Writer(BaseModel):
     """The stream's writer: running or not, its recent batches, lag, backlog and freshness."""
 
     stream: str
+    group: str = Field(description="the writer group (application) the stream runs in")
+    reported: Reported | None = None
     writer_id: str
     running: bool
     state: str = Field(description="running, stale (lease not renewed within writer_lease), stopped, never started")

@@ -8,14 +8,13 @@ only: ``lake.snapshots.lineage``) and the landing zone's listing (one ``stat`` p
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
 from laketide.airflow.ui import models
-from laketide.close.partitions import uncommitted
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import TableNotFoundError
+from laketide.ingest.backlog import latency, uncommitted
 from laketide.ingest.inspection import landed_files
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import (
@@ -85,19 +84,35 @@ def batch(snap: Snap) -> models.Batch:
 
 
 def freshness(commits: list[Snap], since_ms: int) -> models.Freshness:
-    """Landed -> committed of the writer commits at or after ``since_ms``: per file, commit time - its landing time
-    (the modification time the writer recorded in ``laketide.source-stats``)."""
-    delays: list[float] = []
-    counted = 0
-    for snap in commits:
-        if snap.timestamp_ms < since_ms:
-            continue
-        counted += 1
-        delays += [(snap.timestamp_ms - s.mtime_ms) / 1000 for s in source_position(snap.summary).values()
-                   if s is not None]
-    return models.Freshness(commits=counted, files=len(delays),
-                            median_s=round(statistics.median(delays), 1) if delays else None,
-                            max_s=round(max(delays), 1) if delays else None)
+    """Landed -> committed of the writer commits at or after ``since_ms`` (``laketide.ingest.backlog.latency``)."""
+    figures = latency(commits, since_ms)
+    return models.Freshness(commits=figures.commits, files=figures.files, median_s=_round(figures.p50),
+                            p95_s=_round(figures.p95), max_s=_round(figures.max))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def reported(config: LaketideConfig, stream: StreamConfig) -> models.Reported | None:
+    """What the stream's writer application last reported (``laketide.lake.writer_status``), or None."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from laketide.lake.lease import engine_for
+    from laketide.lake.writer_status import read
+
+    engine = engine_for(config.catalog)
+    try:
+        status = read(engine).get(stream.name)
+    except SQLAlchemyError:
+        return None
+    finally:
+        engine.dispose()
+    if status is None:
+        return None
+    return models.Reported(group=status.group, state=status.state, reason=status.reason,
+                           application=str(status.figures.get("application", "")),
+                           updated_at=_at(status.updated_at * 1000))
 
 
 def writer(config: LaketideConfig, stream: StreamConfig, limit: int = 20, now: datetime | None = None
@@ -128,7 +143,8 @@ def writer(config: LaketideConfig, stream: StreamConfig, limit: int = 20, now: d
     lag = None if watermark is None else round((now - datetime.fromisoformat(watermark)).total_seconds(), 1)
     oldest = min(pending, key=lambda f: f.landed_ms, default=None)
     return models.Writer(
-        stream=stream.name, writer_id=stream.writer_id, running=state == "running", state=state, holder=holder,
+        stream=stream.name, group=stream.writer_group, reported=reported(config, stream),
+        writer_id=stream.writer_id, running=state == "running", state=state, holder=holder,
         writer_lease_s=stream.writer_lease.total_seconds(), batches=[batch(s) for s in commits[:limit]],
         last_commit=None if newest is None else _at(newest.timestamp_ms), watermark=watermark, lag_s=lag,
         backlog_files=len(pending), backlog_bytes=sum(f.size for f in pending),

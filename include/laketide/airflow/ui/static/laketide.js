@@ -118,11 +118,17 @@ var laketide = (function () {
       var holder = w.holder ? " · " + esc(w.holder.mode) + " on " + esc(w.holder.host) + " pid " + w.holder.pid +
         ", heartbeat " + secs(w.holder.heartbeat_age_s) + " ago" : "";
       var f = w.freshness;
+      var r = w.reported;
+      var app = r ? '<span class="badge ' + esc(r.state) + '">' + esc(r.state) + "</span> in application " +
+        esc(r.application || r.group) + (r.reason ? ' <span class="wrap">' + esc(r.reason) + "</span>" : "") +
+        " <span class=muted>(reported " + esc(r.updated_at) + ")</span>" : '<span class="muted">not reported yet</span>';
       var kv = '<dl class="kv"><dt>writer</dt><dd>' + badge + " " + esc(w.writer_id) + holder + "</dd>" +
+        "<dt>group " + esc(w.group) + "</dt><dd>" + app + "</dd>" +
         "<dt>lag</dt><dd>" + secs(w.lag_s) + " <span class=muted>(now − watermark " + esc(w.watermark || "none") + ")</span></dd>" +
         "<dt>backlog</dt><dd>" + w.backlog_files + " file(s), " + bytes(w.backlog_bytes) +
         (w.oldest_backlog ? " <span class=muted>oldest " + esc(w.oldest_backlog) + ", landed " + esc(w.oldest_backlog_landed) + "</span>" : "") + "</dd>" +
-        "<dt>landed → committed</dt><dd>" + (f.files ? "median " + secs(f.median_s) + ", max " + secs(f.max_s) +
+        "<dt>landed → committed</dt><dd>" + (f.files ? "median " + secs(f.median_s) + ", p95 " + secs(f.p95_s) +
+          ", max " + secs(f.max_s) +
           " <span class=muted>(" + f.files + " file(s) in " + f.commits + " commit(s), last hour)</span>" : "no commit in the last hour") + "</dd>" +
         "<dt>last commit</dt><dd>" + esc(w.last_commit || "none") + "</dd></dl>";
       var rows = w.batches.map(function (b) {
