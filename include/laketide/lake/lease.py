@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.lake.lease")
 TABLE = "laketide_writer_leases"
+#: the lease maintenance holds on a table while it rewrites it (``maintain:<table>``); a redo holds it too
+MAINTENANCE_PREFIX = "maintain:"
 
 
 @dataclass(frozen=True)
