@@ -172,11 +172,13 @@ for _stream in _config.streams:
         @task(retries=_markers.retries if _markers else 0,
               retry_delay=_markers.retry_delay if _markers else timedelta(minutes=2),
               max_active_tis_per_dagrun=4, map_index_template="{{ closed_hour }}")
-        def done_markers(closed: dict[str, Any], stream: str = _name, **context: Any) -> list[str]:
+        def done_markers(closed: dict[str, Any], stream: str = _name) -> list[str]:
             """The stream's done-markers for a closed (or re-closed) hour: marker file, HTTP POST, callable."""
+            from airflow.sdk import get_current_context
+
             from laketide.airflow.markers import run_done_markers
 
-            context["closed_hour"] = closed["partition"]
+            get_current_context()["closed_hour"] = closed["partition"]
             return run_done_markers(stream, closed)
 
         @task

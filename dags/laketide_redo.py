@@ -168,12 +168,14 @@ with DAG(
 
             @task(task_id=f"done_markers_{_stream.name}", retries=_markers.retries, retry_delay=_markers.retry_delay,
                   max_active_tis_per_dagrun=4, on_failure_callback=alert, map_index_template="{{ closed_hour }}")
-            def done_markers(closed: dict[str, Any], stream: str = _stream.name, **context: Any) -> list[str]:
+            def done_markers(closed: dict[str, Any], stream: str = _stream.name) -> list[str]:
                 """The stream's done-markers for a re-closed hour (marker file, HTTP POST, callable); a failure is
                 retried and alerted, the hour stays closed."""
+                from airflow.sdk import get_current_context
+
                 from laketide.airflow.markers import run_done_markers
 
-                context["closed_hour"] = closed["partition"]
+                get_current_context()["closed_hour"] = closed["partition"]
                 return run_done_markers(stream, closed)
 
             done_markers.expand(closed=_reclosed)

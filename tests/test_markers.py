@@ -53,6 +53,15 @@ def test_a_stream_configures_its_markers(tmp_path: Path) -> None:
     assert markers.retries == 3 and markers.retry_delay == timedelta(minutes=2)
     assert marker_file(cfg, cfg.stream("clicks"), KEY) == tmp_path / "warehouse/_done/clicks/2026-11-22/19/_SUCCESS"
     assert load(write_config(tmp_path / "none")).stream("clicks").done_markers is None
+    # from the environment too: a template that is not YAML (it begins with a brace) is taken as it is
+    from laketide.config import load_config
+
+    prefix = "LAKETIDE__STREAMS__CLICKS__DONE_MARKERS__"
+    overridden = load_config(write_config(tmp_path / "env"), environ={
+        f"{prefix}FILE": TEMPLATE, f"{prefix}HTTP__URL": "http://127.0.0.1:9/hook", f"{prefix}HTTP__ATTEMPTS": "5"})
+    markers = overridden.stream("clicks").done_markers
+    assert markers is not None and markers.file == TEMPLATE and markers.http is not None
+    assert (markers.http.url, markers.http.attempts) == ("http://127.0.0.1:9/hook", 5)
 
 
 @pytest.mark.parametrize(("markers", "message"), [
@@ -177,9 +186,12 @@ def test_the_note_names_the_hours_and_the_outcome() -> None:
     one = [_rec(HOUR, State.COMPLETE, 21690), _rec(HOUR, State.VERIFIED, 21690), _rec(HOUR, State.CLOSED, 21690)]
     assert compose([KEY], one) == "hour 2026-11-22 19:00: closed, complete, 21,690 rows"
 
-    failed = [_rec(HOUR, State.COMPLETE, 74), _rec(HOUR, State.FAILED, 70, "audit 146 != lake 70 + rejects 4")]
-    assert compose([KEY], failed) == ("hour 2026-11-22 19:00: not closed: verification failed "
-                                      "(audit 146 != lake 70 + rejects 4)")
+    reason = (f"partition {KEY} of clicks FAILED verification: audit 75 != lake 70 + rejects 4 (missing 1) at "
+              "snapshot 42; expect_table_row_count_to_equal: observed 70 rows, expected 71; full result: /r.json")
+    failed = [_rec(HOUR, State.COMPLETE, 74), _rec(HOUR, State.FAILED, 70, reason)]
+    assert compose([KEY], failed) == ("hour 2026-11-22 19:00: not closed: verification failed (audit 75 != lake 70 "
+                                      "+ rejects 4 (missing 1); expect_table_row_count_to_equal: observed 70 rows, "
+                                      "expected 71)")
 
     gap = PartitionStatus("clicks", HOUR, State.GAP, "no file landed for 15m", 0, None, None, HOUR)
     assert compose([KEY], [], now={KEY: gap}) == "hour 2026-11-22 19:00: not closed: gap (no file landed for 15m)"

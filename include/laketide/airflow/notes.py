@@ -131,7 +131,7 @@ def _markers_failed(ti: Any, dag_id: str, run_id: str, by_index: dict[str, list[
     failed: list[str] = []
     for task_id, keys in by_index.items():
         for i, key in enumerate(keys):
-            if states.get(f"{task_id}_{i}") in ("failed", "upstream_failed"):
+            if states.get(f"{task_id}_{i}") == "failed":
                 failed.append(key)
     return failed
 

@@ -11,6 +11,7 @@ and done-markers that failed are added. Airflow keeps at most :data:`MAX_NOTE` c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
@@ -32,6 +33,14 @@ def label(hour: datetime) -> str:
 def _short(text: str | None, limit: int = _REASON) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _failure(reason: str | None) -> str:
+    """A failed verification's reason without what the note says already (the partition, the stream), the snapshot
+    and the result file: the arithmetic and the failed expectations."""
+    text = re.sub(r"^partition \S+ of \S+ FAILED verification: ", "", reason or "")
+    text = re.sub(r" at (snapshot \d+|no snapshot \(empty table\))", "", text)
+    return _short("; ".join(p for p in text.split("; ") if not p.startswith("full result: ")))
 
 
 def run_records(config: LaketideConfig, stream: str, run_id: str) -> list[StatusRecord]:
@@ -69,7 +78,7 @@ def _outcome(records: list[StatusRecord], now: PartitionStatus | None) -> tuple[
         what = "closed" + (f", {decision}" if decision else "") + f", {rows:,} rows"
         return what, True, decision, rows
     if last.state == State.FAILED:
-        return f"not closed: verification failed ({_short(last.reason)})", False, decision, 0
+        return f"not closed: verification failed ({_failure(last.reason)})", False, decision, 0
     if last.state == State.REOPENED:
         return f"reopened ({_short(last.reason)}), not closed again yet", False, None, 0
     return f"not closed: {last.state} ({_short(last.reason)})", False, decision, 0
