@@ -66,3 +66,25 @@ def api_server(airflow_home: Path, log: Path, timeout: float = 120) -> Iterator[
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def sync_dags(unpause: tuple[str, ...] = ()) -> None:
+    """Write the DAG folder's DAGs to the metadata database as ``dag.test()`` does (the scheduler's view of them),
+    and unpause ``unpause`` (a paused DAG is not queued by Asset events)."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    manager = DagBundlesManager()
+    manager.sync_bundles_to_db()
+    for bundle in manager.get_all_dag_bundles():
+        if not bundle.is_initialized:
+            bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        sync_bag_to_db(bag, bundle.name, bundle.version)
+    with create_session() as session:
+        for dag_id in unpause:
+            model = session.get(DagModel, dag_id)
+            assert model is not None, f"{dag_id} is not in the metadata database"
+            model.is_paused = False
