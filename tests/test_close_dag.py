@@ -25,7 +25,7 @@ from laketide.close.partitions import State
 from laketide.close.reconcile import reconcile
 from laketide.close.status import history
 from laketide.lake.catalog import load_catalog
-from tests.airflow_api import api_server
+from tests.airflow_api import ApiServer, api_server
 from tests.endpoint import ALERT_ENV, SINK_ENV, Endpoint, lines
 from tests.helpers import run_writer, writer_log
 from tests.lake import Lake, build_lake, land_late
@@ -42,6 +42,7 @@ class Env:
     endpoint: Endpoint
     sink: Path
     alerts: Path
+    api: ApiServer
 
     def marker_path(self, hour: int) -> Path:
         from laketide.config import load_config
@@ -80,7 +81,12 @@ def env(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactory) 
 
         bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
         assert bag.import_errors == {}
-        yield Env(lake, bag.dags[DAG_ID], endpoint, side / "callable.jsonl", side / "alerts.jsonl")
+        # with done-markers configured, each close, re-close and the redo's re-close has a task that fires them
+        close = bag.dags[DAG_ID]
+        assert {"close_hour.done_markers", "close_ready.done_markers", "reclose_done_markers"} <= set(close.task_ids)
+        assert close.get_task("close_hour.done_markers").upstream_task_ids == {"close_hour.close"}
+        assert bag.dags["laketide_redo"].get_task("done_markers_clicks").upstream_task_ids == {"reclose_clicks"}
+        yield Env(lake, bag.dags[DAG_ID], endpoint, side / "callable.jsonl", side / "alerts.jsonl", api)
     endpoint.stop()
 
 
@@ -250,3 +256,15 @@ def test_a_failing_endpoint_is_retried_and_alerted_and_the_hour_stays_closed(env
     note = run_note(run)
     assert note == (f"hour {label(lake.hours[1])}: closed, empty, 0 rows; done-markers failed for "
                     f"{label(lake.hours[1])} (alerted; the hours stay closed)"), note
+
+
+def test_a_note_the_api_refuses_names_the_reason(env: Env) -> None:
+    """What the note task logs when the REST API refuses (the run itself is not affected): a wrong password, a run
+    that does not exist."""
+    from laketide.airflow.notes import ApiAccess, set_run_note
+    from laketide.errors import RunNoteError
+
+    with pytest.raises(RunNoteError, match=r"POST .*/auth/token: HTTP 401"):
+        set_run_note(ApiAccess(env.api.url, "admin", "wrong"), DAG_ID, "nope", "x", attempts=1)
+    with pytest.raises(RunNoteError, match=r"PATCH .*/dagRuns/no%20such%20run\?update_mask=note: HTTP 404"):
+        set_run_note(ApiAccess(env.api.url, env.api.login, env.api.password), DAG_ID, "no such run", "x", attempts=1)

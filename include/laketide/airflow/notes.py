@@ -5,8 +5,9 @@ the execution API sets a note only on a run it creates (``TriggerDagRun``). The 
 ``PATCH api/v2/dags/{dag_id}/dagRuns/{run_id}?update_mask=note``. A task reaches it as a user: the Airflow
 connection ``close.api_conn_id`` (default ``laketide_airflow_api``) gives the API server's address (its host,
 e.g. ``http://localhost:8080``) and a user's login and password, exchanged for a token at ``auth/token`` (the
-simple and FAB auth managers both serve it). Without that connection, Airflow's ``[api] base_url`` is used and a
-token asked for without credentials (granted only when ``simple_auth_manager_all_admins`` is on).
+simple and FAB auth managers both serve it; a connection without a login asks for a token without credentials,
+which the simple auth manager grants when ``simple_auth_manager_all_admins`` is on). Without the connection the
+note is only printed and logged.
 """
 
 from __future__ import annotations
@@ -35,33 +36,20 @@ class ApiAccess:
     password: str | None = None
 
 
-def api_access(conn_id: str) -> ApiAccess:
-    """The API's address and user from the Airflow connection ``conn_id``, else Airflow's ``[api] base_url``."""
+def api_access(conn_id: str) -> ApiAccess | None:
+    """The API's address and user from the Airflow connection ``conn_id``; None when there is no such connection."""
     from airflow.sdk import Connection
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = Connection.get(conn_id)
     except AirflowNotFoundException:
-        return ApiAccess(_configured_base_url())
+        return None
     host = conn.host or "localhost"
     if "://" not in host:
         scheme = conn.schema if conn.schema in ("http", "https") else "http"
         host = f"{scheme}://{host}" + (f":{conn.port}" if conn.port else "")
     return ApiAccess(host, conn.login or None, conn.password or None)
-
-
-def _configured_base_url() -> str:
-    """Airflow's ``[api] base_url``, else the API server the execution API URL points at, else localhost:8080."""
-    from airflow.sdk.configuration import conf
-
-    base = conf.get("api", "base_url", fallback=None)
-    if base:
-        return str(base)
-    execution = conf.get("core", "execution_api_server_url", fallback=None)
-    if execution:
-        return str(execution).rstrip("/").removesuffix("/execution")
-    return "http://localhost:8080"
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None, token: str | None, timeout: float) -> dict[str, Any]:
@@ -173,12 +161,17 @@ def close_run_note(config: LaketideConfig, stream: str, context: Any) -> str:
         failed = _markers_failed(ti, dag_id, run_id, by_index) if by_index else []
         text = compose(hours, records, reclosed, now, failed)
     print(f"run note: {text}", flush=True)
-    if config.close.run_notes:
-        try:
-            set_run_note(api_access(config.close.api_conn_id), dag_id, run_id, text)
-            log.info("run note set on %s %s", dag_id, run_id)
-        except RunNoteError as exc:
-            log.warning("the run note was not set (%s); to have it set, give the Airflow connection %r the API "
-                        "server's address and a user allowed to edit DAG runs (docs/operations.md)", exc,
-                        config.close.api_conn_id)
+    if not config.close.run_notes:
+        return text
+    access = api_access(config.close.api_conn_id)
+    if access is None:
+        log.warning("the run note was not set: there is no Airflow connection %r (the API server's address and a "
+                    "user allowed to edit DAG runs; docs/operations.md, Run notes)", config.close.api_conn_id)
+        return text
+    try:
+        set_run_note(access, dag_id, run_id, text)
+        log.info("run note set on %s %s", dag_id, run_id)
+    except RunNoteError as exc:
+        log.warning("the run note was not set: %s (the Airflow connection %r gives the API server's address and a "
+                    "user allowed to edit DAG runs)", exc, config.close.api_conn_id)
     return text

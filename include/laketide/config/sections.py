@@ -69,8 +69,8 @@ class CloseConfig(_Strict):
     #: the most hours one "close range" run of the close DAG may cover (longer ranges: several runs, or a backfill)
     max_range_hours: int = Field(default=744, ge=1)
     #: each close run ends by setting its Airflow run note (the hours it closed and the outcome), through Airflow's
-    #: REST API: the Airflow connection of this id gives the API's address and a user (see docs/operations.md);
-    #: without it, Airflow's [api] base_url with no login. A note that cannot be set is logged, nothing fails
+    #: REST API: the Airflow connection of this id gives the API's address and a user (see docs/operations.md).
+    #: Without it, or when the API refuses, the note is only logged; nothing fails
     run_notes: bool = True
     api_conn_id: str = "laketide_airflow_api"
 
