@@ -109,6 +109,12 @@ def asset_events() -> list[dict[str, Any]]:
                 for e in session.query(AssetEvent).filter(AssetEvent.source_dag_id == DAG_ID).all()]
 
 
+def note_of(run: Any) -> str:
+    """What the run's note task composed (its return value; without an API server here, it is only logged)."""
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "note"]
+    return str(ti.xcom_pull(task_ids="note"))
+
+
 def rollup_runs() -> tuple[dict[str, int], set[str]]:
     """What the scheduler makes of the rollup's queue now (its partitioned-asset step, run in this process): the
     days it starts a run for (with the number of hourly events each consumes), and the days still waiting."""
@@ -136,6 +142,9 @@ def test_bad_range_run_fails_before_anything_is_recorded(replay: tuple[Path, Any
     assert task_states(run)["plan"] == ["failed"]
     assert "wait_for_partition" not in task_states(run) or task_states(run)["wait_for_partition"] != ["success"]
     assert history(load(config_path), "clicks") == []
+    # the note task still runs (last, whatever happened) and says why nothing closed
+    assert note_of(run) == ("refused, nothing closed: start: partition 2012-03-05T00:30:00+00:00 is not the start of "
+                            "an hour (a UTC hour start)")
 
 
 @pytest.mark.slow
@@ -173,6 +182,10 @@ def test_history_closes_in_one_range_run(replay: tuple[Path, Any]) -> None:
     last = history(config, "clicks", end - timedelta(hours=1))[0]
     assert "the input ended" in (last.reason or ""), last.reason
     assert sum(c[0] for c in counts.values()) == 40 * (HOURS - len(QUIET))
+
+    rows = sum(c[1] for c in counts.values())
+    assert note_of(run) == (f"{HOURS} hours 2012-03-05 18:00 to 2012-03-07 05:00: {HOURS} closed "
+                            f"({HOURS - len(QUIET)} complete, {len(QUIET)} empty), {rows:,} rows")
 
     # the daily rollup: 2012-03-06 has all 24 hours closed and starts its run; the 5th and the 7th (6 hours each in
     # the replay) wait for theirs
