@@ -116,10 +116,13 @@ def lake_rows(lake: Lake) -> dict[str, tuple[int, int, int]]:
     return {p.partition: (p.audit, p.lake, p.rejects) for p in reconcile(lake.config, lake.stream).partitions}
 
 
-def close_run(dag: Any, hour: datetime) -> Any:
-    """``dag.test()`` of a manual run at the hour's end (no partition key): it closes the hour that ended then."""
-    run = dag.test(logical_date=hour + timedelta(hours=1))
+def close_run(dag: Any, hour: datetime, later: timedelta = timedelta(0)) -> Any:
+    """``dag.test()`` of a manual run (no partition key) at the hour's end, or ``later`` in the next hour: it closes
+    the last hour that ended before its logical date."""
+    run = dag.test(logical_date=hour + timedelta(hours=1) + later)
     assert run.partition_key is None
+    (plan,) = [ti for ti in run.get_task_instances() if ti.task_id == "plan"]
+    assert plan.xcom_pull(task_ids="plan") == [hour.isoformat()]
     return run
 
 
@@ -238,7 +241,8 @@ def test_a_failing_endpoint_is_retried_and_alerted_and_the_hour_stays_closed(env
     alerts_before = len(lines(env.alerts))
     env.endpoint.mode = "fail-then-down"  # one HTTP 500, then nothing listens on its port
     closes = states(lake, 1).count(State.CLOSED)
-    run = close_run(dag, lake.hours[1])  # the quiet hour, closed again (a re-close: consumers read it again)
+    # the quiet hour, closed again (a re-close: consumers read it again), by a manual run in the next hour
+    run = close_run(dag, lake.hours[1], later=timedelta(minutes=30))
 
     assert run.state == "failed", task_states(run)
     done = next(ti for ti in run.get_task_instances() if ti.task_id == "close_hour.done_markers")
