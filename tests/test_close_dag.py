@@ -233,7 +233,7 @@ def test_late_rows_after_close_reopen_and_reclose(env: Env) -> None:
     assert posted == {(lake.key(0), True): rows, (lake.key(1), False): 0}
     assert {(s["partition"], s["reclose"]): s["rows"] for s in lines(env.sink)[1:]} == posted
     assert run_note(run) == (f"hour {label(lake.hours[1])}: closed, empty, 0 rows; "
-                             f"re-closed after late rows: {label(lake.hours[0])} ({rows:,} rows)")
+                             f"re-closed: {label(lake.hours[0])} ({rows:,} rows)")
 
 
 def test_a_failing_endpoint_is_retried_and_alerted_and_the_hour_stays_closed(env: Env) -> None:

@@ -26,6 +26,7 @@ from tests.test_writer import produce
 
 DAG_ID = "laketide_close_clicks"
 ROLLUP = "laketide_example_downstream"
+AFTER_CLOSE = "laketide_maintain_after_close"
 START = datetime(2012, 3, 5, 18, tzinfo=UTC)  # a Monday evening, long ago
 HOURS = 36  # until Wednesday 06:00
 QUIET = [7, 8, 9, 10, 31, 32, 33]  # night hours (01:00-05:00, 01:00-04:00) with no event at all
@@ -87,8 +88,9 @@ def replay(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactor
 
         bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
         assert bag.import_errors == {}
-        # the daily rollup (the example downstream DAG) listens: the closes of the replay queue its days
-        sync_dags(unpause=(ROLLUP,))
+        # the daily rollup (the example downstream DAG) and the compaction after closes listen: the closes of the
+        # replay queue their runs
+        sync_dags(unpause=(ROLLUP, AFTER_CLOSE))
         yield config_path, bag.dags[DAG_ID]
 
 
@@ -115,23 +117,30 @@ def note_of(run: Any) -> str:
     return str(ti.xcom_pull(task_ids="note"))
 
 
-def rollup_runs() -> tuple[dict[str, int], set[str]]:
-    """What the scheduler makes of the rollup's queue now (its partitioned-asset step, run in this process): the
-    days it starts a run for (with the number of hourly events each consumes), and the days still waiting."""
+def scheduler_step() -> tuple[dict[str, dict[str, int]], dict[str, set[str]]]:
+    """What the scheduler makes of the partitioned consumers' queues now (its partitioned-asset step, run in this
+    process): per consumer DAG, the runs it starts (partition key -> the number of close events each consumes) and
+    the partition keys still waiting."""
     from airflow.jobs.job import Job
     from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
     from airflow.models.asset import AssetPartitionDagRun
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
+    consumers = (ROLLUP, AFTER_CLOSE)
     with create_session() as session:
+        before = {r.id for r in session.query(DagRun).filter(DagRun.dag_id.in_(consumers))}
         SchedulerJobRunner(job=Job())._create_dagruns_for_partitioned_asset_dags(session)
     with create_session() as session:
-        runs = session.query(DagRun).filter(DagRun.dag_id == ROLLUP).all()
-        started = {r.partition_key: len(r.consumed_asset_events) for r in runs if r.partition_key.startswith("2012-")}
-        waiting = {a.partition_key for a in session.query(AssetPartitionDagRun).filter(
-            AssetPartitionDagRun.target_dag_id == ROLLUP, AssetPartitionDagRun.created_dag_run_id.is_(None))}
-        return started, {k for k in waiting if k.startswith("2012-")}
+        started: dict[str, dict[str, int]] = {dag_id: {} for dag_id in consumers}
+        for r in session.query(DagRun).filter(DagRun.dag_id.in_(consumers)):
+            if r.id not in before:
+                started[r.dag_id][r.partition_key] = len(r.consumed_asset_events)
+        waiting: dict[str, set[str]] = {dag_id: set() for dag_id in consumers}
+        for a in session.query(AssetPartitionDagRun).filter(AssetPartitionDagRun.target_dag_id.in_(consumers),
+                                                            AssetPartitionDagRun.created_dag_run_id.is_(None)):
+            waiting[a.target_dag_id].add(a.partition_key)
+        return started, waiting
 
 
 @pytest.mark.slow
@@ -189,8 +198,11 @@ def test_history_closes_in_one_range_run(replay: tuple[Path, Any]) -> None:
 
     # the daily rollup: 2012-03-06 has all 24 hours closed and starts its run; the 5th and the 7th (6 hours each in
     # the replay) wait for theirs
-    started, waiting = rollup_runs()
-    assert started == {"2012-03-06": 24} and waiting == {"2012-03-05", "2012-03-07"}
+    started, waiting = scheduler_step()
+    assert started[ROLLUP] == {"2012-03-06": 24} and {k for k in waiting[ROLLUP] if k.startswith("2012-")} == {
+        "2012-03-05", "2012-03-07"}
+    # the compaction after closes: every hour maps to one key, so the 36 closes make one run
+    assert started[AFTER_CLOSE] == {"closed-hours": HOURS} and not waiting[AFTER_CLOSE]
     from laketide.airflow.downstream import daily_summary, day_of
 
     day = day_of("2012-03-06")

@@ -206,7 +206,7 @@ def test_the_note_names_the_hours_and_the_outcome() -> None:
     note = compose(keys, rows, reclosed=[earlier.isoformat()], markers_failed=[keys[2]])
     assert note == ("36 hours 2026-11-22 19:00 to 2026-11-24 06:00: 35 closed (27 complete, 8 empty), 1,080 rows; "
                     "1 not closed: 2026-11-23 02:00 not closed; "
-                    "re-closed after late rows: 2026-11-22 16:00 (80 rows); "
+                    "re-closed: 2026-11-22 16:00 (80 rows); "
                     "done-markers failed for 2026-11-22 21:00 (alerted; the hours stay closed)")
     many = compose(keys, [_rec(h, State.FAILED, 1, "x" * 300) for h in hours])
     assert len(many) == 1000 and many.endswith("…")

@@ -118,7 +118,7 @@ def compose(hours: Iterable[str], records: Iterable[StatusRecord], reclosed: Ite
         else:
             again.append(f"{label(hour)} {_outcome(steps, None)[0]}")
     if again:
-        parts.append("re-closed after late rows: " + ", ".join(again))
+        parts.append("re-closed: " + ", ".join(again))
     failed = [label(parse_partition(k)) for k in markers_failed]
     if failed:
         parts.append(f"done-markers failed for {', '.join(failed)} (alerted; the hours stay closed)")
