@@ -70,6 +70,11 @@ class CloseConfig(_Strict):
     sensor_timeout: timedelta = timedelta(hours=6)
     #: the most hours one "close range" run of the close DAG may cover (longer ranges: several runs, or a backfill)
     max_range_hours: int = Field(default=744, ge=1)
+    #: each close run ends by setting its Airflow run note (the hours it closed and the outcome), through Airflow's
+    #: REST API: the Airflow connection of this id gives the API's address and a user (see docs/operations.md).
+    #: Without it, or when the API refuses, the note is only logged; nothing fails
+    run_notes: bool = True
+    api_conn_id: str = "laketide_airflow_api"
 
     @field_validator("poke_interval", "sensor_timeout", mode="before")
     @classmethod

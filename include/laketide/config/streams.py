@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from laketide.config.markers import DoneMarkersConfig
 from laketide.config.values import (
     _IDENT,
     _absolute,
@@ -88,6 +89,9 @@ class StreamConfig(_Strict):
     #: the writer drops a valid event whose id its hour already holds (in the table, or earlier in the same batch),
     #: counting it per hour in the commit's summary (``laketide.duplicates-dropped``); see laketide.ingest.dedupe
     dedupe_on_write: bool = False
+    #: what consumers outside Airflow get when an hour of the stream closes or re-closes: a marker file, an HTTP
+    #: POST, a callable (see laketide.close.markers); none by default
+    done_markers: DoneMarkersConfig | None = None
 
     @field_validator("trigger_interval", "idle_window", "max_future", "max_clock_skew", "max_file_age",
                      mode="before")
