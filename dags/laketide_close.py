@@ -44,7 +44,7 @@ from laketide.airflow.callbacks import alert
 from laketide.airflow.hooks import airflow_config
 from laketide.airflow.sensors import PartitionCompletionSensor
 from laketide.config import get_config
-from laketide.ingest.landing import AIRFLOW_KEY_FORMAT
+from laketide.lake.hours import AIRFLOW_KEY_FORMAT
 
 _config = get_config()
 

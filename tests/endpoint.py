@@ -50,11 +50,11 @@ class Endpoint:
                 owner.posts.append(json.loads(body))
                 status = 200 if owner.mode == "ok" else 500
                 owner.answers.append(status)
+                if owner.mode == "fail-then-down":  # nothing listens any more before the client has its answer
+                    owner.stop()  # (each request has a thread of its own: stopping the server from here is safe)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                if owner.mode == "fail-then-down":
-                    threading.Thread(target=owner.stop, daemon=True).start()
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
