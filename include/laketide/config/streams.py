@@ -47,7 +47,7 @@ class StreamConfig(_Strict):
     event_id_field: str
     fields: dict[str, FieldSpec]
     partition_period: Literal["hour"] = "hour"
-    trigger_interval: timedelta = timedelta(seconds=30)
+    trigger_interval: timedelta = timedelta(seconds=10)
     allowed_lateness: timedelta = timedelta(minutes=10)
     idle_window: timedelta = timedelta(minutes=5)
     #: the source sends events continuously: an input idle (no file landed, no commit) for ``idle_window`` after an
