@@ -16,7 +16,7 @@ from laketide.config.loading import DEFAULT_CONFIG, ENV_PREFIX, REPO_ROOT, confi
 from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, MaintenanceConfig, TablePolicy
 from laketide.config.model import LaketideConfig, maintained_tables
 from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
-from laketide.config.streams import CommitPath, FieldSpec, FieldType, StreamConfig
+from laketide.config.streams import EXTRA_COLUMN, CommitPath, FieldSpec, FieldType, StreamConfig, UnknownFields
 from laketide.config.values import (
     check_table_name,
     non_negative_duration,
@@ -29,6 +29,7 @@ from laketide.errors import ConfigError
 __all__ = [
     "DEFAULT_CONFIG",
     "ENV_PREFIX",
+    "EXTRA_COLUMN",
     "MAINTENANCE_ACTIONS",
     "ORPHAN_AGE_FLOOR",
     "REPO_ROOT",
@@ -43,6 +44,7 @@ __all__ = [
     "SparkConfig",
     "StreamConfig",
     "TablePolicy",
+    "UnknownFields",
     "WriterGroupConfig",
     "check_table_name",
     "config_path",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from laketide.config.values import _IDENT, _secs, _Strict, check_table_name, positive_duration
+from laketide.config.values import _IDENT, _secs, _Strict, check_table_name, parse_size, positive_duration
 
 
 class CatalogConfig(_Strict):
@@ -70,6 +70,21 @@ class CloseConfig(_Strict):
     sensor_timeout: timedelta = timedelta(hours=6)
     #: the most hours one "close range" run of the close DAG may cover (longer ranges: several runs, or a backfill)
     max_range_hours: int = Field(default=744, ge=1)
+    #: rows Great Expectations validates at once: a larger hour is split into chunks of at most about this many
+    #: rows by a hash of the event id (every copy of an id in one chunk), each validated alone. The Airflow worker's
+    #: peak memory during a verification is about 0.6 KB per row of it, plus the libraries (~0.5 GB)
+    verify_chunk_rows: int = Field(default=1_000_000, ge=1_000)
+    #: the memory verification and reconciliation give their on-disk engine (DuckDB) to split an hour and count
+    #: duplicate ids; beyond it they spill to a temporary folder
+    scan_memory: int = 1024**3
+
+    @field_validator("scan_memory", mode="before")
+    @classmethod
+    def _scan_memory(cls, value: Any) -> int:
+        size = parse_size(value)
+        if size < 64 * 1024**2:
+            raise ValueError(f"{value!r} is below 64MB: DuckDB needs at least that much to work (use e.g. '1GB')")
+        return size
 
     @field_validator("poke_interval", "sensor_timeout", mode="before")
     @classmethod

@@ -1,18 +1,18 @@
 """Parse and validate landing lines: pure DataFrame -> DataFrame transforms, one reason per bad line.
 
 ``parse_lines`` and :class:`Validator` turn the lines ``runner.extract`` reads into typed rows and reasons;
-``rejected_rows`` shapes the rejects table's rows. Nothing here touches a table.
+``rejected_rows`` (``laketide.ingest.rejects``) shapes the rejects table's rows. Nothing here touches a table.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from laketide.config import StreamConfig
+from laketide.config import EXTRA_COLUMN, StreamConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -31,7 +31,9 @@ RAW_PREFIX_CHARS = 1024
 #: the time of day of a timestamp value: minutes, optional seconds, optional fraction (1 to 9 digits)
 CLOCK = "HH:mm[:ss[.SSSSSSSSS]]"
 TIMESTAMP_EXAMPLE = "2026-11-22T03:15:07.123Z"
-
+#: separates the parts of a rejected line's staged ``_source_file`` (see ``Validator.staged_rows``): no path holds it
+PACK_SEPARATOR = "\u0000"
+EXTRA_SQL_TYPE = "map<string,string>"
 
 
 def spark_type(kind: str) -> DataType:
@@ -39,8 +41,8 @@ def spark_type(kind: str) -> DataType:
     from pyspark.sql import types as T
 
     return {
-        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
-        "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
+        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "float": T.FloatType(),
+        "double": T.DoubleType(), "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
     }[kind]
 
 
@@ -204,6 +206,34 @@ class Parsed:
     def field(self, name: str) -> Column:
         return self._fields[name]
 
+    def _known(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.array(*[F.lit(n) for n in self.stream.fields])
+
+    def unknown_keys(self) -> Column:
+        """The line's top-level keys that the stream's fields do not name (an array; null for a line that is no
+        JSON object). One more pass over the line: asked only with ``unknown_fields: reject``."""
+        from pyspark.sql import functions as F
+
+        return F.array_except(F.json_object_keys(self.raw), self._known())
+
+    def has_unknown(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.coalesce(F.size(self.unknown_keys()) > 0, F.lit(False))
+
+    def extra(self) -> Column:
+        """The line's fields that the stream's fields do not name, as a map from name to the value's text (a
+        string's own text, the JSON of any other value), null when there is none: ``unknown_fields: keep``'s
+        catch-all column. One more parse of the line."""
+        from pyspark.sql import functions as F
+
+        known = self._known()
+        every = F.from_json(F.when(self.fits, self.raw), EXTRA_SQL_TYPE, STRICT_JSON)
+        rest = F.map_filter(every, lambda k, _: ~F.array_contains(known, k))
+        return F.when(F.size(rest) > 0, rest)
+
     def present(self) -> Column:
         """The line is a record: it is not blank (a line too long to parse is one)."""
         return self.record.isNotNull() | ~self.fits
@@ -260,6 +290,8 @@ class Parsed:
         for name, spec in self.stream.fields.items():
             if not spec.required:
                 valid = valid & ~self.unreadable(name)
+        if self.stream.unknown_fields == "reject":
+            valid = valid & ~self.has_unknown()
         return valid & one_object(self.raw)
 
     def reason(self) -> Column:
@@ -294,6 +326,11 @@ class Parsed:
         for name, spec in stream.fields.items():
             if spec.required:
                 checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
+        if stream.unknown_fields == "reject":
+            checks.append(F.when(self.has_unknown(), F.concat(
+                F.lit("unknown field(s) "), F.array_join(F.transform(self.unknown_keys(), lambda k: F.concat(
+                    F.lit("'"), k, F.lit("'"))), ", "),
+                F.lit(": not in the stream's fields (add them to fields, or set unknown_fields to ignore or keep)"))))
         low = datetime.fromisoformat(stream.min_event_time)
         checks.append(
             F.when(
@@ -324,6 +361,16 @@ class Validator:
         #: reuse the columns while the batches' input columns are the same (read from Spark's resolved plan,
         #: a non-public API: off on the public commit path, which then rebuilds them per batch)
         self.plan_keys = True
+        #: the events table has the catch-all column ``_extra`` (``unknown_fields: keep``, now or before): the rows
+        #: carry it (null unless the stream keeps unknown fields). The writer sets it from the table
+        self.with_extra = stream.unknown_fields == "keep"
+
+    def _extra(self, parsed: Parsed) -> Column:
+        from pyspark.sql import functions as F
+
+        if self.stream.unknown_fields == "keep":
+            return parsed.extra().alias(EXTRA_COLUMN)
+        return F.lit(None).cast(EXTRA_SQL_TYPE).alias(EXTRA_COLUMN)
 
     def _parse(self, raw: Column) -> Column:
         """The line parsed with the stream's schema, unless it is longer than ``max_line_bytes`` (then null).
@@ -354,18 +401,26 @@ class Validator:
         from laketide.lake.internals import output_key
 
         key = output_key(lines) if self.plan_keys else None  # names with ids: value#0, ...
+        if key is not None:
+            key += f" extra={self.with_extra}"
         if self._staged is None or key is None or self._staged[0] != key:
             raw = lines["value"]
             record = self._parse(raw)
             parsed = Parsed(self.stream, record, raw, lines[LANDED_AT])
             valid = parsed.valid()
             time_field = self.stream.event_time_field
+            source = lines["_source_file"]
             columns = [
                 *[(F.when(valid, parsed.field(n)) if n == time_field else parsed.field(n)).alias(n)
                   for n in self.stream.fields],
-                # blank lines are not records: their rows (in the null hour partition) carry no source file
-                F.when(parsed.present(), lines["_source_file"]).alias("_source_file"),
+                # blank lines are not records: their rows (in the null hour partition) carry no source file; a
+                # rejected line's carries what its rejects row needs (see pack_reject)
+                F.when(parsed.present(), F.when(valid, source).otherwise(pack_reject(source, raw, lines[LANDED_AT],
+                                                                                     self.stream)))
+                .alias("_source_file"),
             ]
+            if self.with_extra:
+                columns.append(self._extra(parsed))
             self._staged = (key, columns)
         return self._staged[1]
 
@@ -385,7 +440,7 @@ class Validator:
         parsed = self._parsed
         return [
             *[parsed.field(name).alias(name) for name in self.stream.fields], parsed.raw, F.col("_source_file"),
-            parsed.reason().alias("_error"),
+            parsed.reason().alias("_error"), *([self._extra(parsed)] if self.with_extra else []),
         ]
 
     def check(self, read: DataFrame) -> DataFrame:
@@ -397,16 +452,66 @@ class Validator:
         """``check(read(lines))``: see the module function ``parse_lines``."""
         return self.check(self.read(lines))
 
+    def rejects_of(self, staged: DataFrame) -> DataFrame:
+        """The rejected lines among rows of ``staged_rows`` (or of the data files they were written to): ``_raw``,
+        ``_source_file`` and ``_error``, the reason, as ``check`` gives them (the input of ``rejected_rows``).
+
+        Reads only what ``staged_rows`` packed into a rejected line's ``_source_file`` (see :func:`pack_reject`):
+        the reasons are computed for the rejected lines alone, the batch is not read again."""
+        from pyspark.sql import functions as F
+
+        stream = self.stream
+        rejected = staged.where(F.col(f"`{stream.event_time_field}`").isNull() & F.col("_source_file").isNotNull())
+        if "_batch_id" in staged.columns:  # a null batch id marks a duplicate dropped by dedupe_on_write
+            rejected = rejected.where(F.col("_batch_id").isNotNull())
+        parts = F.split(F.col("_source_file"), PACK_SEPARATOR, 4)
+        unpacked = rejected.select(
+            parts[0].alias("_source_file"), F.timestamp_micros(parts[1].cast("bigint")).alias(LANDED_AT),
+            parts[2].cast("bigint").alias("_length"), F.unbase64(parts[3]).cast("string").alias("value"),
+        )
+        fitting = self.parse_lines(unpacked.where(F.col("_length") <= stream.max_line_bytes))
+        over = unpacked.where(F.col("_length") > stream.max_line_bytes).select(
+            F.col("value").alias("_raw"), "_source_file",
+            F.concat(F.lit("line of "), F.col("_length").cast("string"),
+                     F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})")).alias("_error"))
+        return fitting.select("_raw", "_source_file", "_error").unionByName(over)
+
     def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = ()) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
-        plus the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
-        partition: the writer counts the rejects in those files (the rows with a source file; blank lines
-        have none), then deletes them.
+        plus the lineage columns (and ``_extra`` when the table has it). A rejected line keeps a null event
+        time, so its row falls in the null hour partition: the writer counts the rejects in those files (the rows
+        with a source file; blank lines have none), reads the rejected lines from them (``rejects_of``), then
+        deletes them.
 
         One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
         valid line, no JSON function besides the parse: the split costs one compiled test per line.
         ``extra`` columns of ``lines`` are passed through (the public commit path's lineage columns)."""
         return lines.select(*self._staged_columns(lines), batch_parameter(batch_id).alias("_batch_id"), *extra)
+
+
+def pack_reject(source: Column, raw: Column, landed_at: Column, stream: StreamConfig) -> Column:
+    """What a rejected line's staged row carries in ``_source_file``: its landing file, landing time (epoch
+    microseconds), length in bytes and the line itself as base64 (exact bytes, valid UTF-8 or not; a line over
+    ``max_line_bytes`` cut as the rejects table keeps it), joined by NUL, a character no path holds.
+
+    The rows of rejected lines are written to data files of the events table's null hour partition, never
+    committed: the rejects pass reads them back (``Validator.rejects_of``) instead of reading the whole batch
+    again, so its cost follows the number of rejects. Evaluated for rejected lines only."""
+    from pyspark.sql import functions as F
+
+    kept = F.when(fits(raw, stream), raw).otherwise(truncated(raw))
+    return F.concat(source, F.lit(PACK_SEPARATOR), F.unix_micros(landed_at).cast("string"), F.lit(PACK_SEPARATOR),
+                    F.octet_length(raw).cast("string"), F.lit(PACK_SEPARATOR), F.base64(kept.cast("binary")))
+
+
+def truncated(raw: Column) -> Column:
+    """A line over ``max_line_bytes`` as the rejects table keeps it: its start and a marker with its length."""
+    from pyspark.sql import functions as F
+
+    return F.concat(
+        F.substring(raw, 1, RAW_PREFIX_CHARS),
+        F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
+    )
 
 
 def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
@@ -419,63 +524,3 @@ def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
     return Validator(stream).parse_lines(lines)
-
-
-#: the hour of a landing file from its name (``landing.FILE_NAME``, a hidden name's prefix ignored), as Java regex
-FILE_HOUR_PATTERN = r"^[_.]*(\d{8}T\d{2})-[A-Za-z0-9_.-]+-\d{8,}-[0-9a-f]{8}\.jsonl$"
-
-
-def file_hour(source_file: Column, audit_hours: Mapping[str, str] | None = None) -> Column:
-    """The hour of a landing file (the contract's file hour) as a timestamp column: from its name, else from
-    ``audit_hours`` (file name -> partition key, read from the audit records of files named otherwise), else null.
-    """
-    from pyspark.sql import functions as F
-
-    by_name = F.to_timestamp(F.regexp_extract(source_file, FILE_HOUR_PATTERN, 1), "yyyyMMdd'T'HH")
-    known = {name: datetime.fromisoformat(hour) for name, hour in (audit_hours or {}).items()}
-    if not known:
-        return by_name
-    by_audit = F.create_map(*[x for name, hour in sorted(known.items()) for x in (F.lit(name), F.lit(hour))])
-    return F.coalesce(by_name, by_audit[source_file])
-
-
-def valid_text(raw: Column) -> tuple[Column, Column]:
-    """``raw`` as valid UTF-8 text (an invalid byte sequence replaced by U+FFFD), and its exact bytes when they are
-    not valid UTF-8 (null when the text holds them exactly): what the rejects table keeps of a line, so that every
-    reader can read it and nothing is lost."""
-    from pyspark.sql import functions as F
-
-    invalid = raw.cast("binary") != F.encode(raw, "UTF-8")
-    return (F.when(invalid, F.decode(F.encode(raw, "UTF-8"), "UTF-8")).otherwise(raw),
-            F.when(invalid, raw.cast("binary")))
-
-
-def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime,
-                  audit_hours: Mapping[str, str] | None = None) -> DataFrame:
-    """Rows for the rejects table: the raw line (as valid UTF-8 text in ``raw``, and its exact bytes in
-    ``raw_bytes`` when it is not valid UTF-8), the reason, where it came from, and the hour of its landing file
-    (``event_hour``: the contract's file hour, from the file's name or audit record; see :func:`file_hour`). A
-    reject's bad value stays in its raw line: an absurd event time never gives it an absurd hour.
-
-    A line longer than ``max_line_bytes`` keeps only its first ``RAW_PREFIX_CHARS`` characters and a marker
-    with its length in ``raw`` (no hour is read from it): the rows never hold more than that, so the
-    rejects pass (it caches these rows) and the rejects table stay small whatever lands."""
-    from pyspark.sql import functions as F
-
-    raw, short = F.col("_raw"), fits(F.col("_raw"), stream)
-    # a line over max_line_bytes keeps its start and a marker; the landing file keeps the whole line
-    cut = F.concat(
-        F.substring(raw, 1, RAW_PREFIX_CHARS),
-        F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
-    )
-    text, exact = valid_text(F.when(short, raw).otherwise(cut))
-    return parsed.where(F.col("_error").isNotNull()).select(
-        text.alias("raw"),
-        exact.alias("raw_bytes"),
-        F.col("_error").alias("reason"),
-        F.col("_source_file").alias("source_file"),
-        file_hour(F.col("_source_file"), audit_hours).alias("event_hour"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
-        F.lit(stream.writer_id).alias("writer_id"),
-        F.lit(now).alias("rejected_at"),
-    )
