@@ -58,6 +58,8 @@ def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: d
     from pyspark.sql import functions as F
 
     raw, short = F.col("_raw"), fits(F.col("_raw"), stream)
+    if "_truncated" in parsed.columns:  # rows of ``Validator.rejects_of``: an over-long line is already cut
+        short = short | F.col("_truncated")
     # a line over max_line_bytes keeps its start and a marker; the landing file keeps the whole line
     text, exact = valid_text(F.when(short, raw).otherwise(truncated(raw)))
     return parsed.where(F.col("_error").isNotNull()).select(

@@ -454,7 +454,8 @@ class Validator:
 
     def rejects_of(self, staged: DataFrame) -> DataFrame:
         """The rejected lines among rows of ``staged_rows`` (or of the data files they were written to): ``_raw``,
-        ``_source_file`` and ``_error``, the reason, as ``check`` gives them (the input of ``rejected_rows``).
+        ``_source_file`` and ``_error``, the reason, as ``check`` gives them, and ``_truncated`` (``_raw`` holds an
+        over-long line already cut): the input of ``rejected_rows``.
 
         Reads only what ``staged_rows`` packed into a rejected line's ``_source_file`` (see :func:`pack_reject`):
         the reasons are computed for the rejected lines alone, the batch is not read again."""
@@ -473,8 +474,9 @@ class Validator:
         over = unpacked.where(F.col("_length") > stream.max_line_bytes).select(
             F.col("value").alias("_raw"), "_source_file",
             F.concat(F.lit("line of "), F.col("_length").cast("string"),
-                     F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})")).alias("_error"))
-        return fitting.select("_raw", "_source_file", "_error").unionByName(over)
+                     F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})")).alias("_error"),
+            F.lit(True).alias("_truncated"))
+        return fitting.select("_raw", "_source_file", "_error", F.lit(False).alias("_truncated")).unionByName(over)
 
     def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = ()) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
