@@ -76,7 +76,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from laketide.config import LaketideConfig, StreamConfig  # noqa: E402
-from laketide.ingest import landing, runner, tables, transforms, writer  # noqa: E402
+from laketide.ingest import columns, landing, runner, tables, writer  # noqa: E402
+from laketide.lake.hours import partition_key  # noqa: E402
 from tests.helpers import STREAM_FIELDS, load, write_config  # noqa: E402
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def generate(landing_path: Path, events: int, files: int, stream_name: str, seed
             continue
         hour = hours[i % len(hours)]
         lines = _lines(rng, hour, count)
-        landing.publish(landing_path, lines, landing.partition_key(hour), PRODUCER, i, stream_name)
+        landing.publish(landing_path, lines, partition_key(hour), PRODUCER, i, stream_name)
         published += count
     manifest.write_text(json.dumps(wanted))
     print(f"generated {published:,} events in {files} files under {landing_path} "
@@ -257,7 +258,7 @@ class Bench:
     def _read(self, landing_path: Path) -> DataFrame:
         from pyspark.sql import functions as F
 
-        schema = transforms.record_schema(self.base)
+        schema = columns.record_schema(self.base)
         return (
             self.spark.readStream.format("text")
             .option("maxFilesPerTrigger", self.files_per_trigger)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from laketide.errors import ConfigError
+from laketide.ingest.columns import RAW_PREFIX_CHARS
 from laketide.ingest.rejects import rejected_rows
-from laketide.ingest.transforms import RAW_PREFIX_CHARS, Validator, parse_lines
+from laketide.ingest.transforms import Validator, parse_lines
 from laketide.lake.internals import batch_files
 from tests.helpers import load, write_config
 

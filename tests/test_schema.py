@@ -22,9 +22,10 @@ import yaml
 from laketide.close.verify import verify_partition
 from laketide.config import EXTRA_COLUMN
 from laketide.errors import SchemaChangeError
-from laketide.ingest.landing import parse_partition, partition_key, publish
+from laketide.ingest.landing import publish
 from laketide.ingest.schema import REQUIRED_PROPERTY, SchemaChange, plan_change, required_property
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import parse_partition, partition_key
 from tests.helpers import STREAM_FIELDS, load, run_writer, write_config, writer_log
 from tests.test_redo import redo, redo_log
 from tests.test_writer import assert_exactly_once

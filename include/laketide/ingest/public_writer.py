@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import public_sink
+from laketide.ingest.columns import LANDED_AT, SOURCE_SIZE
 from laketide.ingest.inspection import audit_hours
-from laketide.ingest.landing import from_epoch_hours
 from laketide.ingest.rejects import rejected_rows
 from laketide.ingest.summary import (
     MICROS_PER_HOUR,
@@ -26,8 +26,9 @@ from laketide.ingest.summary import (
     warn_ahead,
     watermark_after,
 )
-from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE, Validator
+from laketide.ingest.transforms import Validator
 from laketide.lake import commits
+from laketide.lake.hours import from_epoch_hours
 from laketide.lake.internals import SqlitePool
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from laketide.config import StreamConfig
-from laketide.ingest.transforms import fits, truncated
+from laketide.ingest.columns import fits, truncated
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

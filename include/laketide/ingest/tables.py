@@ -7,9 +7,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
+from laketide.ingest.columns import spark_type
 from laketide.ingest.schema import EXTRA_TYPE, REQUIRED_PROPERTY, evolve, plan_change, required_property, table_shape
-from laketide.ingest.transforms import spark_type
-from laketide.maintain.plan import COMMIT_RETRY_PROPERTIES
+from laketide.lake.catalog import COMMIT_RETRY_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
-from laketide.ingest.landing import data_dir, hidden, name_hour, partition_key, published_files, read_audits
+from laketide.ingest.landing import data_dir, hidden, name_hour, published_files, read_audits
 from laketide.lake.commits import DUPLICATES_DROPPED, SOURCE_FILES
+from laketide.lake.hours import partition_key
 from laketide.redo.overwrite import (
     HourChange,
     Outcome,
@@ -129,7 +130,7 @@ def read_lines(spark: SparkSession, stream: StreamConfig, files: Iterable[str]) 
     ``_source_file`` and ``_landed_at`` (the file's modification time)."""
     from pyspark.sql import functions as F
 
-    from laketide.ingest.transforms import LANDED_AT
+    from laketide.ingest.columns import LANDED_AT
 
     folder = data_dir(stream.landing_path)
     paths = [str(Path(folder, name)) for name in files]
