@@ -6,8 +6,9 @@ events and rejects tables, the status table and the maintenance record. Per tabl
 the other under a per-table lease (two DAGs never maintain one table at once: the second skips it and says
 so), each recorded in the maintenance record (`make status` shows the age of the last one).
 
-* **laketide_maintain_after_close**: runs when hours close (the closed-partition Assets; several closes
-  are batched into one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
+* **laketide_maintain_after_close**: runs when hours close (the closed-hours Assets, whose events are
+  partitioned by hour; every hour maps to one key, `closed-hours`, so the closes the scheduler sees in one loop
+  make one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
 * **laketide_maintain_daily**: `expire_snapshots` (every writer's newest marker is kept) and
   `remove_orphan_files` (files older than `orphan_age`, never less than a day), on the tables due for them by
   their metadata (nothing due, e.g. a fresh installation: the run stops before Spark).
@@ -28,7 +29,7 @@ import operator
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, CronTriggerTimetable, Param, task
+from airflow.sdk import DAG, CronTriggerTimetable, FixedKeyMapper, Param, PartitionedAssetTimetable, task
 
 from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.hooks import airflow_config
@@ -127,7 +128,10 @@ with DAG(
     dag_id="laketide_maintain_after_close",
     description="Compaction of closed hours and manifest rewrite, after partitions close",
     doc_md=__doc__,
-    schedule=functools.reduce(operator.or_, _assets) if _assets else None,
+    # the closed-hours events are partitioned (one key per hour): every key maps to one fixed key, so the closes
+    # the scheduler sees in one loop make one run, not one Spark run per hour
+    schedule=PartitionedAssetTimetable(assets=functools.reduce(operator.or_, _assets),
+                                       default_partition_mapper=FixedKeyMapper("closed-hours")) if _assets else None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -21,7 +21,8 @@ checkpoint is right.
    code, records each changed hour as reopened (who, when, from which snapshot, rows before and after), then
    releases the stream: the ingest DAG's writer resumes from the rebuilt checkpoint. Cleared after a failure,
    it finishes the interrupted redo.
-3. **reclose_<stream>**: each reopened hour is verified (Great Expectations) and closed again, with an Asset event.
+3. **reclose_<stream>**: each reopened hour is verified (Great Expectations) and closed again, with an Asset event
+   partitioned by the hour; then **done_markers_<stream>** when the stream configures done-markers.
 
 Guide: docs/operations.md (Redo from a snapshot).
 """
@@ -34,6 +35,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from laketide.airflow.assets import closed_partitions_asset
+from laketide.airflow.callbacks import alert
 from laketide.airflow.hooks import airflow_config
 from laketide.airflow.operators import FATAL_EXIT_CODES, LaketideSparkSubmitOperator
 from laketide.config import get_config
@@ -148,10 +150,12 @@ with DAG(
             return hours_to_reclose(airflow_config(), stream, check_run_id(context["run_id"]))
 
         @task(task_id=f"reclose_{_stream.name}", outlets=[_asset], max_active_tis_per_dagrun=4)
-        def reclose(partition: str, stream: str = _stream.name, asset: Any = _asset, **context: Any) -> None:
-            """Verify a reopened hour and close it again (an Asset event names it)."""
+        def reclose(partition: str, stream: str = _stream.name, asset: Any = _asset,
+                    **context: Any) -> dict[str, Any]:
+            """Verify a reopened hour and close it again (an Asset event partitioned by the hour names it)."""
             from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+            from laketide.airflow.assets import announce
             from laketide.close.closing import close, parse_hour, verify
             from laketide.errors import VerificationFailed
 
@@ -161,11 +165,28 @@ with DAG(
                 verified = verify(config, cfg, parse_hour(partition), context["run_id"])
             except VerificationFailed as exc:  # retried only while landing files are still pending
                 raise (AirflowException if exc.retryable else AirflowFailException)(str(exc)) from exc
-            context["outlet_events"][asset].extra = close(config, cfg, verified, context["run_id"]).to_dict()
+            closed = close(config, cfg, verified, context["run_id"])
+            announce(context["outlet_events"], asset, closed)
+            return closed.to_dict()
 
         _hours = reopened()
         redo >> _hours
-        reclose.expand(partition=_hours)
+        _reclosed = reclose.expand(partition=_hours)
+        if (_markers := _stream.done_markers) is not None:
+
+            @task(task_id=f"done_markers_{_stream.name}", retries=_markers.retries, retry_delay=_markers.retry_delay,
+                  max_active_tis_per_dagrun=4, on_failure_callback=alert, map_index_template="{{ closed_hour }}")
+            def done_markers(closed: dict[str, Any], stream: str = _stream.name) -> list[str]:
+                """The stream's done-markers for a re-closed hour (marker file, HTTP POST, callable); a failure is
+                retried and alerted, the hour stays closed."""
+                from airflow.sdk import get_current_context
+
+                from laketide.airflow.markers import run_done_markers
+
+                get_current_context()["closed_hour"] = closed["partition"]
+                return run_done_markers(stream, closed)
+
+            done_markers.expand(closed=_reclosed)
 
 if __name__ == "__main__":
     redo_dag.test()

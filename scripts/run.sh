@@ -35,6 +35,23 @@ fi
 # default 5 s fails before it ran (seen at the quickstart's first minutes on two cores)
 export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-60}
 export AIRFLOW_CONN_SPARK_DEFAULT=${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "local[2]"}'}
+# close runs set their run notes through Airflow's REST API as the admin user (connection laketide_airflow_api):
+# the simple auth manager keeps the admin's password in this file, and uses the one it finds there
+if [[ -z ${AIRFLOW_CONN_LAKETIDE_AIRFLOW_API:-} ]]; then
+  mkdir -p "$AIRFLOW_HOME"
+  AIRFLOW_CONN_LAKETIDE_AIRFLOW_API=$(python - "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated" \
+    "$AIRFLOW__API__BASE_URL" <<'PY'
+import json, pathlib, secrets, sys
+path, url = pathlib.Path(sys.argv[1]), sys.argv[2]
+users = json.loads(path.read_text() or "{}") if path.exists() else {}
+if "admin" not in users:
+    users["admin"] = secrets.token_urlsafe(12)
+    path.write_text(json.dumps(users) + "\n")
+print(json.dumps({"conn_type": "http", "host": url, "login": "admin", "password": users["admin"]}))
+PY
+  )
+  export AIRFLOW_CONN_LAKETIDE_AIRFLOW_API
+fi
 GRACE=${LAKETIDE_STOP_GRACE:-30}
 read -r -a AIRFLOW_COMMAND <<<"${LAKETIDE_AIRFLOW_COMMAND:-airflow standalone}"
 LOGS=$LAKETIDE_HOME/logs
@@ -167,8 +184,9 @@ say "
   Airflow UI     $url   login: admin / $password
   Writer DAG     laketide_ingest_web: one application writes both streams (laketide_ingest_<stream>_once:
                  a one-off run); its metrics: http://localhost:9108/metrics
-  Close DAGs     laketide_close_clicks, laketide_close_orders (hourly: sensor -> Great Expectations -> closed)
-                 laketide_example_downstream runs on the closed hours
+  Close DAGs     laketide_close_clicks, laketide_close_orders (hourly: sensor -> Great Expectations -> closed +
+                 Asset event partitioned by the hour; each run's note says what it closed)
+                 laketide_example_downstream summarises each day once its 24 hours are closed
   Maintenance    laketide_maintain_after_close (compaction of closed hours), laketide_maintain_daily (expiry,
                  orphans), laketide_maintain_thresholds (hourly); laketide_maintain: manual, with a form
   Iceberg tables laketide.lake.clicks, laketide.lake.orders (events); lake.<stream>_rejects (bad lines + reason)

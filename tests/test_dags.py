@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -81,29 +82,66 @@ def test_ingest_dag_runs_the_writer_incrementally(dagbag) -> None:  # type: igno
     assert (stream.checkpoint_path / "commits" / "0").exists()
 
 
-def test_close_dag_closes_the_hour_that_just_ended(dagbag) -> None:  # type: ignore[no-untyped-def]
+def test_close_dag_runs_carry_the_hour_they_close_as_partition_key(dagbag) -> None:  # type: ignore[no-untyped-def]
     from datetime import timedelta
+    from unittest import mock
+
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
 
     dag = dagbag.dags["laketide_close_clicks"]
     assert {t.task_id for t in dag.tasks} == {"plan", "decide_ready", "close_ready.verify", "close_ready.close",
                                               "wait_for_partition", "decide", "close_hour.verify",
-                                              "close_hour.close", "find_reopened", "reclose"}
-    # the sensor waits for the last hour the plan names: the data interval's, unless the run was given a range
+                                              "close_hour.close", "find_reopened", "reclose", "note"}
+    # the sensor waits for the last hour the plan names: the run's partition, unless the run was given a range
     assert dag.get_task("wait_for_partition").partition == "{{ ti.xcom_pull(task_ids='plan')[-1] }}"
     assert dag.get_task("wait_for_partition").deferrable
-    from airflow.timetables.interval import CronDataIntervalTimetable
+    # the note runs last whatever happened, and does not decide the run's state (a teardown)
+    note = dag.get_task("note")
+    assert note.is_teardown and not note.on_failure_fail_dagrun
+    assert note.upstream_task_ids == {"close_ready.close", "close_hour.close", "reclose"}
 
-    # the DAG's timetable as the scheduler runs it: a run after 04:05 closes [03:00, 04:00)
-    assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
-    scheduled = CronDataIntervalTimetable(dag.timetable.expression, dag.timetable.timezone)
-    import pendulum
-
+    # the timetable as the scheduler runs it: the run at 04:00 (after 04:05, without catchup) closes 03:00, and its
+    # partition key says so; the next one closes 04:00
+    timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+    assert timetable.partitioned
     start = pendulum.datetime(2026, 11, 22, 3, tz="UTC")
-    interval = scheduled.infer_manual_data_interval(run_after=start + timedelta(hours=1, minutes=5))
-    assert (interval.start, interval.end) == (start, start + timedelta(hours=1))
+    restriction = TimeRestriction(pendulum.datetime(2000, 1, 1, tz="UTC"), None, catchup=False)
+    with mock.patch("airflow.timetables.trigger.utcnow", return_value=start + timedelta(hours=1, minutes=5)):
+        first = timetable.next_dagrun_info_v2(last_dagrun_info=None, restriction=restriction)
+    assert first is not None
+    assert (first.run_after, first.partition_key, first.partition_date) == (
+        start + timedelta(hours=1), "2026-11-22T03:00:00", start)
+    following = timetable.next_dagrun_info_v2(last_dagrun_info=first, restriction=restriction._replace(catchup=True))
+    assert following is not None and following.partition_key == "2026-11-22T04:00:00"
+    assert timetable.resolve_partition_date("2026-11-22T03:00:00") == start
+
     assert [a.uri for a in dag.get_task("close_hour.close").outlets] == ["iceberg://laketide/lake/clicks"]
     downstream = dagbag.dags["laketide_example_downstream"]
     assert "iceberg://laketide/lake/clicks" in str(downstream.timetable.asset_condition)
+
+
+def test_the_daily_rollup_waits_for_all_24_hours_of_a_day(dagbag) -> None:  # type: ignore[no-untyped-def]
+    """The example downstream DAG's schedule as the scheduler evaluates it: the close's hourly keys map to their
+    UTC day; the day's run fires with its 24 hours, not with 23."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from laketide.close.closing import airflow_key
+
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["laketide_example_downstream"]))
+    timetable = dag.timetable
+    assert timetable.partitioned
+    (asset,) = list(timetable.asset_condition.iter_assets())
+    mapper = timetable.get_partition_mapper(name=asset[0].name, uri=asset[0].uri)
+    day = [datetime(2026, 11, 22, h, tzinfo=UTC) for h in range(24)]
+    keys = [airflow_key(h) for h in day]
+    assert {mapper.to_downstream(k) for k in keys} == {"2026-11-22"}
+    assert mapper.to_downstream(airflow_key(datetime(2026, 11, 23, 0, tzinfo=UTC))) == "2026-11-23"
+    assert mapper.to_upstream("2026-11-22") == frozenset(keys)
+    assert not mapper.wait_policy.is_satisfied_by_keys(matched=set(keys[:23]), expected=frozenset(keys)).satisfied
+    assert mapper.wait_policy.is_satisfied_by_keys(matched=set(keys), expected=frozenset(keys)).satisfied
+    assert timetable.resolve_partition_date("2026-11-22") == day[0]
 
 
 @pytest.mark.slow

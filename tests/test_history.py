@@ -20,10 +20,13 @@ from laketide.close.reconcile import reconcile
 from laketide.close.status import history
 from laketide.errors import RangeError
 from laketide.lake.hours import partition_key
+from tests.airflow_api import sync_dags
 from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, write_config, writer_log
 from tests.test_writer import produce
 
 DAG_ID = "laketide_close_clicks"
+ROLLUP = "laketide_example_downstream"
+AFTER_CLOSE = "laketide_maintain_after_close"
 START = datetime(2012, 3, 5, 18, tzinfo=UTC)  # a Monday evening, long ago
 HOURS = 36  # until Wednesday 06:00
 QUIET = [7, 8, 9, 10, 31, 32, 33]  # night hours (01:00-05:00, 01:00-04:00) with no event at all
@@ -85,6 +88,9 @@ def replay(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactor
 
         bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
         assert bag.import_errors == {}
+        # the daily rollup (the example downstream DAG) and the compaction after closes listen: the closes of the
+        # replay queue their runs
+        sync_dags(unpause=(ROLLUP, AFTER_CLOSE))
         yield config_path, bag.dags[DAG_ID]
 
 
@@ -96,11 +102,45 @@ def task_states(run: Any) -> dict[str, list[str]]:
 
 
 def asset_events() -> list[dict[str, Any]]:
+    """The close DAG's Asset events: their extra, and the event's own partition key."""
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        return [dict(e.extra) for e in session.query(AssetEvent).filter(AssetEvent.source_dag_id == DAG_ID).all()]
+        return [{**e.extra, "partition_key": e.partition_key}
+                for e in session.query(AssetEvent).filter(AssetEvent.source_dag_id == DAG_ID).all()]
+
+
+def note_of(run: Any) -> str:
+    """What the run's note task composed (its return value; without an API server here, it is only logged)."""
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == "note"]
+    return str(ti.xcom_pull(task_ids="note"))
+
+
+def scheduler_step() -> tuple[dict[str, dict[str, int]], dict[str, set[str]]]:
+    """What the scheduler makes of the partitioned consumers' queues now (its partitioned-asset step, run in this
+    process): per consumer DAG, the runs it starts (partition key -> the number of close events each consumes) and
+    the partition keys still waiting."""
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.asset import AssetPartitionDagRun
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    consumers = (ROLLUP, AFTER_CLOSE)
+    with create_session() as session:
+        before = {r.id for r in session.query(DagRun).filter(DagRun.dag_id.in_(consumers))}
+        SchedulerJobRunner(job=Job())._create_dagruns_for_partitioned_asset_dags(session)
+    with create_session() as session:
+        started: dict[str, dict[str, int]] = {dag_id: {} for dag_id in consumers}
+        for r in session.query(DagRun).filter(DagRun.dag_id.in_(consumers)):
+            if r.id not in before:
+                started[r.dag_id][r.partition_key] = len(r.consumed_asset_events)
+        waiting: dict[str, set[str]] = {dag_id: set() for dag_id in consumers}
+        for a in session.query(AssetPartitionDagRun).filter(AssetPartitionDagRun.target_dag_id.in_(consumers),
+                                                            AssetPartitionDagRun.created_dag_run_id.is_(None)):
+            waiting[a.target_dag_id].add(a.partition_key)
+        return started, waiting
 
 
 @pytest.mark.slow
@@ -111,6 +151,9 @@ def test_bad_range_run_fails_before_anything_is_recorded(replay: tuple[Path, Any
     assert task_states(run)["plan"] == ["failed"]
     assert "wait_for_partition" not in task_states(run) or task_states(run)["wait_for_partition"] != ["success"]
     assert history(load(config_path), "clicks") == []
+    # the note task still runs (last, whatever happened) and says why nothing closed
+    assert note_of(run) == ("refused, nothing closed: start: partition 2012-03-05T00:30:00+00:00 is not the start of "
+                            "an hour (a UTC hour start)")
 
 
 @pytest.mark.slow
@@ -143,18 +186,43 @@ def test_history_closes_in_one_range_run(replay: tuple[Path, Any]) -> None:
         assert closed.audit == closed.rows + closed.rejects
         assert (lake > 0) == (i not in QUIET), key
         assert events[key]["rows"] == lake
+        assert events[key]["partition_key"] == key[:19]  # partitioned by the hour: 2012-03-05T18:00:00
     # the last hour of the replay closed through the end of its input (nothing after it to pass the watermark)
     last = history(config, "clicks", end - timedelta(hours=1))[0]
     assert "the input ended" in (last.reason or ""), last.reason
     assert sum(c[0] for c in counts.values()) == 40 * (HOURS - len(QUIET))
 
+    rows = sum(c[1] for c in counts.values())
+    assert note_of(run) == (f"{HOURS} hours 2012-03-05 18:00 to 2012-03-07 05:00: {HOURS} closed "
+                            f"({HOURS - len(QUIET)} complete, {len(QUIET)} empty), {rows:,} rows")
+
+    # the daily rollup: 2012-03-06 has all 24 hours closed and starts its run; the 5th and the 7th (6 hours each in
+    # the replay) wait for theirs
+    started, waiting = scheduler_step()
+    assert started[ROLLUP] == {"2012-03-06": 24} and {k for k in waiting[ROLLUP] if k.startswith("2012-")} == {
+        "2012-03-05", "2012-03-07"}
+    # the compaction after closes: every hour maps to one key, so the 36 closes make one run
+    assert started[AFTER_CLOSE] == {"closed-hours": HOURS} and not waiting[AFTER_CLOSE]
+    from laketide.airflow.downstream import daily_summary, day_of
+
+    day = day_of("2012-03-06")
+    summary = daily_summary(config, "clicks", day)
+    day_rows = sum(c[1] for k, c in counts.items() if k.startswith("2012-03-06"))
+    assert summary["day"] == "2012-03-06" and summary["hours"] == 24 and summary["rows"] == day_rows > 0
+    with pytest.raises(ValueError, match="is not a day like 2026-11-22"):
+        day_of(None)
+
 
 def test_backfill_creates_one_run_per_old_hour(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                airflow_db: Path) -> None:
-    """``airflow backfill create`` plans its runs from the DAG's timetable: one per hour of the range, with that
-    hour as the data interval, years before the DAG's first scheduled run; the range param stays empty."""
+    """``airflow backfill create`` plans its runs from the DAG's partitioned timetable: one per hour of the range
+    (both ends included), each carrying its hour as partition key, years before the DAG's first scheduled run;
+    the range param stays empty. The runs are created as the command creates them (then removed again)."""
     from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.backfill import Backfill, _create_backfill
+    from airflow.models.dagrun import DagRun
     from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
 
     from laketide.config import REPO_ROOT
 
@@ -162,7 +230,19 @@ def test_backfill_creates_one_run_per_old_hour(monkeypatch: pytest.MonkeyPatch, 
     dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).dags[DAG_ID]
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     infos = list(serialized.iter_dagrun_infos_between(START, START + timedelta(hours=3)))  # both ends included
-    assert [(i.data_interval.start, i.data_interval.end) for i in infos] == [
-        (START + timedelta(hours=h), START + timedelta(hours=h + 1)) for h in range(4)]
+    hours = [START + timedelta(hours=h) for h in range(4)]
+    assert [(i.partition_key, i.partition_date) for i in infos] == [(h.strftime("%Y-%m-%dT%H:%M:%S"), h)
+                                                                    for h in hours]
     assert dag.start_date is not None and dag.start_date <= START and not dag.catchup
     assert dict(dag.params.dump()) == {"start": None, "end": None}
+
+    sync_dags()
+    backfill = _create_backfill(dag_id=DAG_ID, from_date=START, to_date=START + timedelta(hours=3),
+                                max_active_runs=2, reverse=False, dag_run_conf=None, triggering_user_name="test")
+    with create_session() as session:
+        runs = session.query(DagRun).filter(DagRun.backfill_id == backfill.id).all()
+        assert sorted((r.partition_key, r.run_type) for r in runs) == [
+            (h.strftime("%Y-%m-%dT%H:%M:%S"), "backfill") for h in hours]
+        for run in runs:  # no scheduler runs them here: remove them, and end the backfill
+            session.delete(run)
+        session.get(Backfill, backfill.id).completed_at = datetime.now(UTC)

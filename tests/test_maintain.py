@@ -338,6 +338,13 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
     assert manual.params["table"] == "all" and manual.params["dry_run"] is True
     after_close = dagbag.dags["laketide_maintain_after_close"]
     assert "iceberg://laketide/lake/clicks" in str(after_close.timetable.asset_condition)
+    # the close's events are partitioned by hour: every hour maps to one key (closes seen together, one run)
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    timetable = DagSerialization.from_dict(DagSerialization.to_dict(after_close)).timetable
+    mapper = timetable.get_partition_mapper(name="laketide.lake.clicks.closed_hours", uri="iceberg://laketide/lake/clicks")
+    assert timetable.partitioned
+    assert {mapper.to_downstream(k) for k in ("2026-11-22T03:00:00", "2012-03-05T18:00:00")} == {"closed-hours"}
     assert after_close.get_task("maintain").job_args[3] == "rewrite_data_files,rewrite_manifests"
     daily = dagbag.dags["laketide_maintain_daily"]
     assert daily.get_task("maintain").upstream_task_ids == {"due_daily"}

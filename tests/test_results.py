@@ -42,10 +42,15 @@ def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) 
                                   "snapshot_id": 42, "results": str(tmp_path / "r.json")}
     assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
-    closed = ClosedPartition.of(stream, verified)
+    at = datetime(2026, 11, 22, 4, 12, 5, tzinfo=UTC)
+    closed = ClosedPartition.of(stream, verified, closed_at=at, reclose=True)
     assert closed.to_dict() == {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8,
-                                "rejects": 2, "snapshot_id": 42}
+                                "rejects": 2, "audit": 10, "snapshot_id": 42,
+                                "closed_at": "2026-11-22T04:12:05+00:00", "reclose": True}
     assert ClosedPartition.from_dict(json.loads(json.dumps(closed.to_dict()))) == closed
+    # the extra of an event emitted before audit, closed_at and reclose were added still reads
+    old = {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8, "rejects": 2, "snapshot_id": 42}
+    assert ClosedPartition.from_dict(old) == ClosedPartition("clicks", stream.table, KEY, 8, 2, 42)
 
 
 def test_the_arithmetic_of_a_close_names_every_term() -> None:

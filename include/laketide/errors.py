@@ -85,6 +85,14 @@ class RangeNotDecided(LaketideError):
     """Hours of a range that are not complete or empty (yet) when the range's last hour is."""
 
 
+class DoneMarkerError(LaketideError):
+    """A done-marker action (marker file, HTTP POST, callable) failed; the hour it announces stays closed."""
+
+
+class RunNoteError(LaketideError):
+    """A close run's note could not be set through Airflow's REST API (the run itself is not affected)."""
+
+
 class StatusRecordError(LaketideError, ValueError):
     """A status record holds a value the status table cannot take (unknown state, naive datetime, ...)."""
 

@@ -1,10 +1,11 @@
 """The close of one partition, as plain functions the close DAG's tasks call.
 
-:func:`close_range` (the hours a run closes: its data interval, or a validated range)
+:func:`run_hours` (the hours a run closes: its partition key, or a validated range)
 -> :func:`decided_prefix` (the hours decided now, from the first: they close at once)
 -> sensor outcome (complete | empty) of the last of them -> :func:`decide_range` (the others, in event-time order)
 -> :func:`verify` per hour (Great Expectations; records verified or failed)
--> :func:`close` per hour (records closed; the caller emits the Asset event with :func:`close_extra`).
+-> :func:`close` per hour (records closed; the caller emits the Asset event, partitioned by :func:`airflow_key`,
+with the close record as extra, and fires the done-markers).
 Rows that reach a closed partition later are found by :func:`find_reopened` (the partition is recorded
 reopened) and the partition goes through verify and close again.
 """
@@ -12,8 +13,9 @@ reopened) and the partition goes through verify and close again.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from laketide.close.partitions import State, check_partitions, partition_rows
 from laketide.close.results import ClosedPartition, PartitionEvent, VerifiedPartition
@@ -21,7 +23,7 @@ from laketide.close.status import StatusRecord, history, record
 from laketide.close.verify import Verification, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import RangeError, RangeNotDecided, VerificationFailed
-from laketide.lake.hours import HOUR, hour_start, parse_partition, partition_key
+from laketide.lake.hours import AIRFLOW_KEY_FORMAT, HOUR, hour_start, parse_partition, partition_key
 
 
 def parse_hour(value: str | datetime) -> datetime:
@@ -69,6 +71,50 @@ def close_range(start: str | None, end: str | None, now: datetime, max_hours: in
         raise RangeError(f"the range holds {count} hours, more than close.max_range_hours ({max_hours}): split it "
                          "into several runs, or backfill the close DAG (docs/operations.md, Closing history)")
     return [first + i * HOUR for i in range(count)]
+
+
+def airflow_key(hour: datetime) -> str:
+    """The Airflow partition key of an hour (close runs and the closed-hours Asset's events carry it)."""
+    return hour_start(hour).strftime(AIRFLOW_KEY_FORMAT)
+
+
+def parse_airflow_key(key: str) -> datetime:
+    """The hour of an Airflow partition key (``2026-11-22T03:00:00``, UTC).
+
+    :raises RangeError: not such a key, or not an hour start
+    """
+    try:
+        hour = datetime.strptime(key.strip(), AIRFLOW_KEY_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        raise RangeError(f"partition key {key!r} is not a UTC hour like 2026-11-22T03:00:00 (the hour to close)"
+                         ) from None
+    try:
+        return hour_start(hour)
+    except ValueError:
+        raise RangeError(f"partition key {key!r} is not the start of an hour (e.g. 2026-11-22T03:00:00)") from None
+
+
+def run_hours(params: Mapping[str, Any], partition_key: str | None, run_time: datetime, now: datetime,
+              max_hours: int) -> list[datetime]:
+    """The hours a close run closes, oldest first.
+
+    * a "close range" (params ``start`` and ``end``): :func:`close_range`;
+    * else the run's partition key (a scheduled run, a backfill, a run triggered with one): that hour;
+    * else (a manual run without either) the last hour that ended at or before ``run_time`` (the run's logical
+      date or, without one, its ``run_after``), as a run of an hourly interval schedule would.
+
+    :raises RangeError: a bad range, a bad partition key, or an hour that has not started yet
+    """
+    hours = close_range(params.get("start"), params.get("end"), now, max_hours)
+    if hours is not None:
+        return hours
+    if partition_key:
+        hour = parse_airflow_key(partition_key)
+        if hour > now:
+            raise RangeError(f"partition key {partition_key} is an hour that has not started yet (now "
+                             f"{now.isoformat(timespec='seconds')}): nothing of it can be closed")
+        return [hour]
+    return [run_time.astimezone(UTC).replace(minute=0, second=0, microsecond=0) - HOUR]
 
 
 def decided_prefix(config: LaketideConfig, stream: StreamConfig, hours: list[str],
@@ -144,16 +190,19 @@ def _record(stream: StreamConfig, partition: datetime, state: State, result: Ver
 
 def close(config: LaketideConfig, stream: StreamConfig, verified: VerifiedPartition,
           run_id: str | None = None) -> ClosedPartition:
-    """Record the partition closed at the verified snapshot; return the close record (the Asset event's extra)."""
+    """Record the partition closed at the verified snapshot; return the close record (the Asset event's extra and
+    the done-markers' record), a re-close when the hour had been closed before."""
     partition = parse_partition(verified.partition)
-    record(config, StatusRecord(
+    reclose = any(r.state == State.CLOSED for r in history(config, stream.name, partition))
+    closed = StatusRecord(
         stream.name, partition, State.CLOSED, rows=verified.lake, rejects=verified.rejects,
         audit=verified.audit, snapshot_id=verified.snapshot_id,
         verification=json.dumps({"success": True, "duplicates": verified.duplicates, "results": verified.results}),
         reason=f"verified: {verified.balance()}",
         run_id=run_id,
-    ))
-    return ClosedPartition.of(stream, verified)
+    )
+    record(config, closed)
+    return ClosedPartition.of(stream, verified, closed.recorded_at, reclose)
 
 
 def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | None = None,

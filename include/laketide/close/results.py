@@ -6,13 +6,14 @@ reads back); code in between uses attributes, not keys.
 
 * :class:`PartitionEvent`: a partition decided (or given up on) by the sensor and its trigger;
 * :class:`VerifiedPartition`: a partition that passed verification, handed from ``verify`` to ``close``;
-* :class:`ClosedPartition`: the close record downstream DAGs get as the Asset event's extra.
+* :class:`ClosedPartition`: the close record downstream DAGs get as the Asset event's extra, and the done-markers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.close.partitions import State
@@ -123,7 +124,7 @@ class VerifiedPartition:
 
 @dataclass(frozen=True)
 class ClosedPartition:
-    """The close record: what downstream DAGs get in the Asset event (the table, the partition, its counts)."""
+    """The close record: the Asset event's extra, and what the done-markers send (file, HTTP POST, callable)."""
 
     stream: str
     table: str
@@ -132,18 +133,28 @@ class ClosedPartition:
     rows: int
     rejects: int
     snapshot_id: int | None
+    #: the audited count (producers' reports): rows + rejects (+ duplicates removed)
+    audit: int = 0
+    #: ISO time the close was recorded (the status row's ``recorded_at``)
+    closed_at: str = ""
+    #: the hour had been closed before (late rows, a redo, a backfill): consumers should read it again
+    reclose: bool = False
 
     @classmethod
-    def of(cls, stream: StreamConfig, verified: VerifiedPartition) -> ClosedPartition:
+    def of(cls, stream: StreamConfig, verified: VerifiedPartition, closed_at: datetime | None = None,
+           reclose: bool = False) -> ClosedPartition:
         return cls(stream.name, stream.table, verified.partition, verified.lake, verified.rejects,
-                   verified.snapshot_id)
+                   verified.snapshot_id, verified.audit, closed_at.isoformat() if closed_at else "", reclose)
 
     def to_dict(self) -> dict[str, Any]:
-        """The Asset event's extra."""
+        """The Asset event's extra and the done-marker record (plain JSON values)."""
         return {"stream": self.stream, "table": self.table, "partition": self.partition, "rows": self.rows,
-                "rejects": self.rejects, "snapshot_id": self.snapshot_id}
+                "rejects": self.rejects, "audit": self.audit, "snapshot_id": self.snapshot_id,
+                "closed_at": self.closed_at, "reclose": self.reclose}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
+        """Also an extra of an event emitted before ``audit``, ``closed_at`` and ``reclose`` were added."""
         return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
-                   int(data["rejects"]), data.get("snapshot_id"))
+                   int(data["rejects"]), data.get("snapshot_id"), int(data.get("audit") or 0),
+                   str(data.get("closed_at") or ""), bool(data.get("reclose", False)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from laketide.config.loading import DEFAULT_CONFIG, ENV_PREFIX, REPO_ROOT, config_path, get_config, load_config
 from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, MaintenanceConfig, TablePolicy
+from laketide.config.markers import MARKER_PLACEHOLDERS, DoneMarkersConfig, HttpMarker
 from laketide.config.model import LaketideConfig, maintained_tables
 from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
 from laketide.config.streams import EXTRA_COLUMN, CommitPath, FieldSpec, FieldType, StreamConfig, UnknownFields
@@ -31,14 +32,17 @@ __all__ = [
     "ENV_PREFIX",
     "EXTRA_COLUMN",
     "MAINTENANCE_ACTIONS",
+    "MARKER_PLACEHOLDERS",
     "ORPHAN_AGE_FLOOR",
     "REPO_ROOT",
     "CatalogConfig",
     "CloseConfig",
     "CommitPath",
     "ConfigError",
+    "DoneMarkersConfig",
     "FieldSpec",
     "FieldType",
+    "HttpMarker",
     "LaketideConfig",
     "MaintenanceConfig",
     "SparkConfig",

@@ -29,6 +29,17 @@ def _expand(value: Any, home: str) -> Any:
     return value
 
 
+def _env_value(value: str) -> Any:
+    """An override's value read as YAML (``30s``, ``5``, ``[a, b]``, ``{url: ...}``); a text that is no YAML at all,
+    e.g. a path template beginning with ``{warehouse}``, is taken as it is."""
+    if not value:
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+
+
 def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
     for key, value in sorted(environ.items()):
         if not key.startswith(ENV_PREFIX):
@@ -47,7 +58,7 @@ def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
                 node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"{key}: {'.'.join(path[:-1])} is not a section")
-        node[path[-1]] = yaml.safe_load(value) if value else value
+        node[path[-1]] = _env_value(value)
 
 
 _FIELD_FIRST = re.compile(r"^([a-z_]+(?:\[[^\]]*\])?(?:\.[a-z_]+)*): ")

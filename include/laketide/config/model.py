@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import model_validator
@@ -26,7 +26,8 @@ class LaketideConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> LaketideConfig:
-        problems = _shared_keys(self) + _overlapping_paths(self) + _maintained(self) + _groups(self)
+        problems = (_shared_keys(self) + _overlapping_paths(self) + _maintained(self) + _groups(self)
+                    + _marker_paths(self))
         if problems:
             # each problem starts with the key it is about: the message lists them all
             raise ValueError("\n".join(problems))
@@ -182,4 +183,38 @@ def _overlapping_paths(config: LaketideConfig) -> list[str]:
     if warehouse is not None and _inside(config.close.results_dir, warehouse):
         problems.append(f"close.results_dir: {str(config.close.results_dir)!r} is inside the warehouse "
                         f"{config.catalog.warehouse!r}: remove_orphan_files would delete it; keep it apart")
+    return problems
+
+
+def _marker_paths(config: LaketideConfig) -> list[str]:
+    """A stream's marker files go to a local folder outside every landing zone, checkpoint and table location."""
+    problems: list[str] = []
+    warehouse = _local_path(config.catalog.warehouse)
+    for stream in config.streams:
+        markers = stream.done_markers
+        if markers is None or markers.file is None:
+            continue
+        key = _key(stream, "done_markers.file")
+        try:
+            marker = markers.path(warehouse, stream.name, stream.table, datetime(2026, 1, 1, tzinfo=UTC))
+        except ValueError as exc:
+            problems.append(f"{key}: {exc}")
+            continue
+        for other in config.streams:
+            for kind, folder in (("landing zone", other.landing_path), ("checkpoint", other.checkpoint_path)):
+                if _inside(marker, folder):
+                    problems.append(f"{key}: {markers.file!r} lies inside the {kind} of stream {other.name!r} "
+                                    f"({str(folder)!r}); write markers elsewhere, e.g. "
+                                    "'{warehouse}/_done/{stream}/{date}/{hour}/_SUCCESS'")
+        if warehouse is None:
+            continue
+        for table in maintained_tables(config):
+            namespace, name = table.split(".")
+            # the table's location as Spark's JDBC catalog (namespace/table) or pyiceberg (namespace.db/table) makes it
+            for location in (warehouse / namespace / name, warehouse / f"{namespace}.db" / name):
+                if _inside(marker, location):
+                    problems.append(f"{key}: {markers.file!r} lies inside the location of table {table} "
+                                    f"({str(location)!r}): remove_orphan_files deletes every file there that the "
+                                    "table does not reference; write markers outside table folders, e.g. "
+                                    "'{warehouse}/_done/{stream}/{date}/{hour}/_SUCCESS'")
     return problems

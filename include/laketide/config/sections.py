@@ -70,13 +70,14 @@ class CloseConfig(_Strict):
     sensor_timeout: timedelta = timedelta(hours=6)
     #: the most hours one "close range" run of the close DAG may cover (longer ranges: several runs, or a backfill)
     max_range_hours: int = Field(default=744, ge=1)
-    #: rows Great Expectations validates at once: a larger hour is split into chunks of at most about this many
-    #: rows by a hash of the event id (every copy of an id in one chunk), each validated alone. The Airflow worker's
-    #: peak memory during a verification is about 0.6 KB per row of it, plus the libraries (~0.5 GB)
-    verify_chunk_rows: int = Field(default=1_000_000, ge=1_000)
-    #: the memory verification and reconciliation give their on-disk engine (DuckDB) to split an hour and count
-    #: duplicate ids; beyond it they spill to a temporary folder
-    scan_memory: int = 1024**3
+    #: each close run ends by setting its Airflow run note (the hours it closed and the outcome), through Airflow's
+    #: REST API: the Airflow connection of this id gives the API's address and a user (see docs/operations.md).
+    #: Without it, or when the API refuses, the note is only logged; nothing fails
+    run_notes: bool = True
+    api_conn_id: str = "laketide_airflow_api"
+    #: the memory verification and reconciliation give their on-disk engine (DuckDB) to count duplicate event ids;
+    #: beyond it DuckDB spills to a temporary folder (about 20 bytes of disk per row of the hour)
+    scan_memory: int = 256 * 1024**2
 
     @field_validator("scan_memory", mode="before")
     @classmethod

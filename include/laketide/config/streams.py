@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from laketide.config.markers import DoneMarkersConfig
 from laketide.config.values import (
     _IDENT,
     _absolute,
@@ -96,6 +97,9 @@ class StreamConfig(_Strict):
     #: in the events table's catch-all column ``_extra`` (a map from field name to the value's text), or "reject"
     #: the line (reason: the unknown fields, named). keep and reject read each line's keys: a second JSON pass
     unknown_fields: UnknownFields = "ignore"
+    #: what consumers outside Airflow get when an hour of the stream closes or re-closes: a marker file, an HTTP
+    #: POST, a callable (see laketide.close.markers); none by default
+    done_markers: DoneMarkersConfig | None = None
 
     @field_validator("trigger_interval", "idle_window", "max_future", "max_clock_skew", "max_file_age",
                      mode="before")

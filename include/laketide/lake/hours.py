@@ -17,6 +17,11 @@ def partition_key(dt: datetime) -> str:
     return dt.astimezone(UTC).replace(minute=0, second=0, microsecond=0).isoformat()
 
 
+#: a partition as an Airflow partition key (close runs and the closed-hours Asset's events carry it): the UTC hour
+#: start in Airflow's default key format (``CronPartitionTimetable``'s, and the input of its temporal partition
+#: mappers), e.g. ``2026-11-22T03:00:00``
+AIRFLOW_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
 #: the period of a partition
 HOUR = timedelta(hours=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
