@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import FileScanTask, Table
 
-#: DuckDB's memory limit while it groups the event ids (it spills to disk beyond it)
-ID_MEMORY_LIMIT = "256MB"
+#: DuckDB's default memory limit while it groups the event ids, in bytes (``close.scan_memory``; it spills beyond)
+ID_MEMORY_LIMIT = 256 * 1024**2
 
 
 def hours_row_filter(column: str, hours: Iterable[datetime]) -> BooleanExpression:
@@ -118,7 +118,7 @@ class DuplicateIds:
 
     Use as a context manager: the database and DuckDB's spill files live in a temporary folder removed on exit."""
 
-    def __init__(self, memory_limit: str = ID_MEMORY_LIMIT, folder: str | None = None) -> None:
+    def __init__(self, memory_limit: int = ID_MEMORY_LIMIT, folder: str | None = None) -> None:
         self._memory_limit = memory_limit
         self._parent = folder
         self._created = False
@@ -129,7 +129,7 @@ class DuplicateIds:
         self._folder = tempfile.TemporaryDirectory(prefix="laketide-ids-", dir=self._parent)
         path = Path(self._folder.name)
         self._con = duckdb.connect(str(path / "ids.duckdb"))
-        for setting in (f"memory_limit = '{self._memory_limit}'", f"temp_directory = '{path / 'spill'}'",
+        for setting in (f"memory_limit = '{self._memory_limit // 1024**2}MiB'", f"temp_directory = '{path / 'spill'}'",
                         "preserve_insertion_order = false", "threads = 2"):
             self._con.execute(f"SET {setting}")
         return self

@@ -110,7 +110,7 @@ def lake_counts(config: LaketideConfig, stream: StreamConfig, hours: Collection[
     row_filter = hours_row_filter(stream.event_time_field, wanted) if wanted is not None else AlwaysTrue()
     fields = (stream.event_id_field, stream.event_time_field, "_source_file")
     scan, tasks = plan(table, row_filter, fields, None)
-    with DuplicateIds() as ids:
+    with DuplicateIds(config.close.scan_memory) as ids:
         for part, task in enumerate(tasks):
             exact = exact_rows(table, stream.event_time_field, task, wanted)
             if exact is not None:

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.close.hourscan import DuplicateIds, Duplicates, exact_rows, plan, record_batches
+from laketide.close.hourscan import ID_MEMORY_LIMIT, DuplicateIds, Duplicates, exact_rows, plan, record_batches
 from laketide.close.reconcile import event_time, lineage_summaries, reject_counts, source_positions
 from laketide.close.results import balance
 from laketide.config import LaketideConfig, StreamConfig
@@ -166,7 +166,8 @@ class HourScan:
     files: list[dict[str, Any]] = field(default_factory=list)
 
 
-def scan_hour(table: Table, stream: StreamConfig, start: datetime, snapshot_id: int | None) -> HourScan:
+def scan_hour(table: Table, stream: StreamConfig, start: datetime, snapshot_id: int | None,
+              memory_limit: int = ID_MEMORY_LIMIT) -> HourScan:
     """Count, check and collect the source files of the partition starting at ``start``, one data file at a
     time (see the module docstring): peak memory is one file's projected columns plus DuckDB's limit."""
     import pyarrow as pa
@@ -177,7 +178,7 @@ def scan_hour(table: Table, stream: StreamConfig, start: datetime, snapshot_id: 
     if snapshot_id is None:
         return found
     scan, tasks = plan(table, partition_filter(stream, start), _columns(stream), snapshot_id)
-    with DuplicateIds() as ids:
+    with DuplicateIds(memory_limit) as ids:
         for part, task in enumerate(tasks):
             exact = exact_rows(table, stream.event_time_field, task, {start})
             read = 0
@@ -349,7 +350,7 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     audits = read_audits(stream.landing_path, hidden=True)
     rejected, reject_files = reject_counts(rejects_table, audits, {start})
     rejects = rejected[key]
-    found = scan_hour(table, stream, start, snapshot_id)
+    found = scan_hour(table, stream, start, snapshot_id, config.close.scan_memory)
     here = found.source_files
     ingested = source_positions(table, snapshot_id) if snapshot_id is not None else {}
     for name in here | reject_files:
