@@ -76,7 +76,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from laketide.config import LaketideConfig, StreamConfig  # noqa: E402
-from laketide.ingest import landing, runner, tables, transforms, writer  # noqa: E402
+from laketide.ingest import columns, landing, runner, tables, writer  # noqa: E402
 from laketide.lake.hours import partition_key  # noqa: E402
 from tests.helpers import STREAM_FIELDS, load, write_config  # noqa: E402
 
@@ -258,7 +258,7 @@ class Bench:
     def _read(self, landing_path: Path) -> DataFrame:
         from pyspark.sql import functions as F
 
-        schema = transforms.record_schema(self.base)
+        schema = columns.record_schema(self.base)
         return (
             self.spark.readStream.format("text")
             .option("maxFilesPerTrigger", self.files_per_trigger)

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from laketide.errors import ConfigError
-from laketide.ingest.transforms import RAW_PREFIX_CHARS, Validator, parse_lines, rejected_rows
+from laketide.ingest.columns import RAW_PREFIX_CHARS
+from laketide.ingest.rejects import rejected_rows
+from laketide.ingest.transforms import Validator, parse_lines
 from laketide.lake.internals import batch_files
 from tests.helpers import load, write_config
 
@@ -80,11 +82,15 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
 
     df = landed(spark, [line for line, _ in CASES] + ["  "])
     validator = Validator(stream)
-    staged = validator.staged_rows(df, batch_id=7).collect()
+    staged_df = validator.staged_rows(df, batch_id=7)
+    staged = staged_df.collect()
     good = [r for r in staged if r["event_time"] is not None]
     counted = [r for r in staged if r["event_time"] is None and r["_source_file"] is not None]
     bad = rejected_rows(parse_lines(df, stream), stream, 7, NOW).collect()
     assert len(staged) == len(CASES) + 1 and len(counted) == len(bad) == len(CASES) - len(good)
+    # the rejects pass reads the staged rows of the rejects alone and finds the very rows a pass over the batch does
+    from_staged = rejected_rows(validator.rejects_of(staged_df), stream, 7, NOW).collect()
+    assert sorted(map(tuple, from_staged)) == sorted(map(tuple, bad))
     assert [g["event_id"] for g in good] == ["a", "r", "s"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
@@ -141,6 +147,44 @@ def test_bytes_read_from_a_landing_file(spark, stream, tmp_path: Path) -> None: 
                                               F.lit(NOW).alias("_landed_at"))
     errors = [r["_error"] for r in parse_lines(lines, stream).collect()]
     assert errors == [None, "invalid UTF-8 encoding", "malformed JSON", None]
+    # the rejects pass keeps a rejected line's exact bytes through its staged row
+    from_batch = rejected_rows(parse_lines(lines, stream), stream, 1, NOW).collect()
+    from_staged = rejected_rows(Validator(stream).rejects_of(Validator(stream).staged_rows(lines, 1)), stream, 1,
+                                NOW).collect()
+    assert sorted(map(tuple, from_staged)) == sorted(map(tuple, from_batch))
+    assert {bytes(r["raw_bytes"]) for r in from_staged if r["raw_bytes"] is not None} == {latin1}
+
+
+def test_unknown_fields_are_ignored_kept_or_rejected(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A line's fields the configuration does not name: ignored (the default), kept in ``_extra`` (a map of their
+    values' text: a string's own, any other value's JSON), or the line rejected naming them."""
+    line = GOOD.replace('"page":"/h"', '"page":"/h","coupon":"X1","qty":2,"tags":{"a":[1,2]}')
+    lines = [GOOD, line]
+    for rule in ("ignore", "keep", "reject"):
+        stream = load(write_config(tmp_path / rule, unknown_fields=rule)).stream("clicks")
+        validator = Validator(stream)
+        staged = validator.staged_rows(landed(spark, lines), 1).collect()
+        errors = [r["_error"] for r in parse_lines(landed(spark, lines), stream).collect()]
+        if rule == "ignore":
+            assert errors == [None, None] and "_extra" not in staged[0].asDict()
+        elif rule == "keep":
+            assert errors == [None, None]
+            assert [r["_extra"] for r in staged] == [None, {"coupon": "X1", "qty": "2", "tags": '{"a":[1,2]}'}]
+        else:
+            assert errors == [None, "unknown field(s) 'coupon', 'qty', 'tags': not in the stream's fields (add them "
+                                    "to fields, or set unknown_fields to ignore or keep)"]
+            assert [r["event_time"] is None for r in staged] == [False, True]
+
+
+def test_float_fields(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A float field reads a JSON number; a string in it is a reject."""
+    fields = {**load(write_config(tmp_path / "x")).stream("clicks").model_dump()["fields"],
+              "ratio": {"type": "float"}}
+    stream = load(write_config(tmp_path / "f", fields=fields)).stream("clicks")
+    rows = parse_lines(landed(spark, [GOOD.replace("}", ',"ratio":0.5}'), GOOD.replace("}", ',"ratio":"x"}')]),
+                       stream).collect()
+    assert rows[0]["ratio"] == 0.5 and rows[0]["_error"] is None
+    assert rows[1]["_error"] == "field 'ratio' is not a valid float"
 
 
 # ------------------------------------------------------------------ event-time formats
@@ -261,7 +305,8 @@ def test_lines_over_max_line_bytes_are_rejected_unparsed(spark, tmp_path: Path) 
     staged = validator.staged_rows(df, 1)
     rows = staged.collect()
     assert [r["event_time"] is not None for r in rows] == [True] + [False] * 5
-    assert all(r["_source_file"] == "f.jsonl" for r in rows)  # all counted: 5 rejects, no blank line
+    # all counted: 5 rejects, no blank line; each carries its source file first (then what its reject needs)
+    assert all(r["_source_file"].split("\x00")[0] == "f.jsonl" for r in rows)
 
     # the parse's input is guarded, not its result: the optimizer does not push the field reads into a CASE
     # (each would parse again), and every parse in the plan reads null for a line too long
@@ -270,6 +315,8 @@ def test_lines_over_max_line_bytes_are_rejected_unparsed(spark, tmp_path: Path) 
     assert "THEN from_json" not in plan and len(guarded) == plan.count("from_json(") > 0
 
     rejects = {r["raw"]: r for r in rejected_rows(parse_lines(df, stream), stream, 1, NOW).collect()}
+    from_staged = {r["raw"]: r for r in rejected_rows(validator.rejects_of(staged), stream, 1, NOW).collect()}
+    assert from_staged == rejects  # the over-long lines' rejects, read from their staged rows, are the same
     cut = padded[:RAW_PREFIX_CHARS] + f" ... [truncated: {size[1]} bytes in the source file]"
     assert len(accented) < 300 < size[2]
     assert set(rejects) == {cut, accented + f" ... [truncated: {size[2]} bytes in the source file]",

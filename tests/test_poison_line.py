@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from laketide.ingest import landing
-from laketide.ingest.transforms import RAW_PREFIX_CHARS
+from laketide.ingest.columns import RAW_PREFIX_CHARS
 from laketide.lake.catalog import load_catalog
 from tests.helpers import kill_group, load, start_writer, write_config, writer_log
 from tests.test_writer import assert_exactly_once

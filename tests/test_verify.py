@@ -126,7 +126,7 @@ def test_every_partition_verifies(lake: Lake) -> None:
         assert json.loads(result.summary_json())["success"] is True
         payload = saved(result)
         assert payload["success"] is True
-        kinds = [r["expectation_config"]["type"] for r in payload["results"]]
+        kinds = [r["expectation_config"]["meta"]["check"] for r in payload["results"]]
         assert kinds.count("expect_column_values_to_not_be_null") == 4  # the required fields
         assert {"expect_table_row_count_to_equal", "expect_column_values_to_be_unique",
                 "expect_column_values_to_be_between"} <= set(kinds)
@@ -143,8 +143,8 @@ def test_the_quiet_hour_verifies_as_zero(lake: Lake) -> None:
     assert (result.audit, result.lake, result.rejects, result.pending_files) == (0, 0, 0, 0)
     assert "audit 0 == lake 0 + rejects 0" in result.message()
     row_count = next(r for r in saved(result)["results"]
-                     if r["expectation_config"]["type"] == "expect_table_row_count_to_equal")
-    assert row_count["result"]["observed_value"] == 0 and row_count["expectation_config"]["kwargs"]["value"] == 0
+                     if r["expectation_config"]["meta"]["check"] == "expect_table_row_count_to_equal")
+    assert row_count["result"]["observed_value"] == 0 and row_count["expectation_config"]["kwargs"]["max_value"] == 0
 
 
 def test_partition_must_be_an_aware_hour_start(lake: Lake) -> None:
@@ -194,7 +194,7 @@ def test_a_deleted_row_fails_with_the_numbers(lake: Lake, tamper: Any) -> None:
     payload = saved(result)
     assert payload["success"] is False
     row_count = next(r for r in payload["results"]
-                     if r["expectation_config"]["type"] == "expect_table_row_count_to_equal")
+                     if r["expectation_config"]["meta"]["check"] == "expect_table_row_count_to_equal")
     assert row_count["success"] is False and row_count["result"]["observed_value"] == rows - 1
     summary = json.loads(result.summary_json())
     assert summary["success"] is False and summary["missing"] == 1
@@ -219,8 +219,8 @@ def test_a_duplicate_event_id_fails_uniqueness(lake: Lake, tamper: Any) -> None:
                       f"(e.g. {duplicate}), expected 0"]
     assert any(f.startswith("expect_table_row_count_to_equal") for f in result.failures)
     outcome = next(r for r in saved(result)["results"]
-                   if r["expectation_config"]["type"] == "expect_column_values_to_be_unique")
-    assert outcome["success"] is False and outcome["result"]["unexpected_count"] == 2
+                   if r["expectation_config"]["meta"]["check"] == "expect_column_values_to_be_unique")
+    assert outcome["success"] is False and outcome["result"]["observed_value"] == 2
 
 
 def test_a_missing_snapshot_is_a_clear_error(lake: Lake) -> None:

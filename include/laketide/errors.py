@@ -19,6 +19,11 @@ class ConfigError(LaketideError):
     """A setting is wrong or missing; the message names the key."""
 
 
+class SchemaChangeError(ConfigError):
+    """A stream's fields changed in a way its events table cannot follow without a rewrite (a field removed or
+    renamed, a type narrowed or changed, a field made required): refused at writer start, the table untouched."""
+
+
 class JarsError(LaketideError):
     """A jar needed by Spark is missing and cannot be provisioned."""
 

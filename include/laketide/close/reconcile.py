@@ -17,17 +17,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from laketide.close.hourscan import DuplicateIds, exact_rows, hours_row_filter, plan, record_batches
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError
 from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
 from laketide.ingest.landing import read_audits
 from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import FileStat, duplicates_removed, ingested_files
-from laketide.lake.hours import partition_key
+from laketide.lake.hours import hour_start, partition_key
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -88,35 +90,80 @@ class Report:
         return out
 
 
-def lake_counts(config: LaketideConfig, stream: StreamConfig) -> tuple[Counter[str], dict[str, int], set[str]]:
-    """Rows per partition of the events table, event ids seen more than once, and the source files."""
+def lake_counts(config: LaketideConfig, stream: StreamConfig, hours: Collection[datetime] | None = None,
+                ) -> tuple[Counter[str], dict[str, int], set[str]]:
+    """Rows per partition of the events table, event ids seen more than once, and the source files: of the
+    partitions of ``hours`` only (default: the whole table).
+
+    Reads the files of those partitions alone, one at a time (``close.hourscan``): a file's rows are counted from
+    its manifest entry when exact, the ids are grouped on disk; memory does not grow with the hours or the table.
+    """
     import pyarrow.compute as pc
+    from pyiceberg.expressions import AlwaysTrue
 
     table = load_stream_table(config, stream.table, stream)
-    fields = (stream.event_id_field, stream.event_time_field, "_source_file")
-    data = table.scan(selected_fields=fields).to_arrow()
-    hours = pc.floor_temporal(data[stream.event_time_field], unit="hour")
-    counts: Counter[str] = Counter(partition_key(h) for h in hours.to_pylist() if h is not None)
-    ids = Counter(data[stream.event_id_field].to_pylist())
-    files = set(pc.unique(data["_source_file"]).to_pylist())
-    return counts, {k: v for k, v in ids.items() if v > 1}, files
-
-
-def reject_counts(table: Table, audits: dict[str, dict[str, Any]]) -> tuple[Counter[str], set[str]]:
-    """Rejected rows per partition of a rejects ``table``, attributed through each row's source-file audit
-    record, and the source files of the rejects."""
-    data = table.scan(selected_fields=("source_file", "event_hour")).to_arrow().to_pylist()
     counts: Counter[str] = Counter()
-    files = {row["source_file"] for row in data}
-    for row in data:
-        parts = list((audits.get(row["source_file"]) or {}).get("partitions", {}))
-        hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
-        if len(parts) == 1:
-            counts[parts[0]] += 1
-        elif hour is not None and hour in parts:
-            counts[hour] += 1
-        else:
-            counts[UNATTRIBUTED] += 1
+    files: set[str] = set()
+    if table.metadata.current_snapshot_id is None:
+        return counts, {}, files
+    wanted = {hour_start(h) for h in hours} if hours is not None else None
+    row_filter = hours_row_filter(stream.event_time_field, wanted) if wanted is not None else AlwaysTrue()
+    fields = (stream.event_id_field, stream.event_time_field, "_source_file")
+    scan, tasks = plan(table, row_filter, fields, None)
+    with DuplicateIds(config.close.scan_memory) as ids:
+        for part, task in enumerate(tasks):
+            exact = exact_rows(table, stream.event_time_field, task, wanted)
+            if exact is not None:
+                counts[partition_key(exact[0])] += exact[1]
+            for batch in record_batches(scan, task):
+                ids.add(batch.column(stream.event_id_field), part)
+                files.update(v for v in pc.unique(batch.column("_source_file")).to_pylist() if v)
+                if exact is None:
+                    floored = pc.floor_temporal(batch.column(stream.event_time_field), unit="hour")
+                    for entry in pc.value_counts(floored).to_pylist():
+                        if entry["values"] is not None:
+                            counts[partition_key(entry["values"])] += entry["counts"]
+        duplicates = ids.result(keep=1_000_000)
+    return counts, duplicates.counts, files
+
+
+def reject_counts(table: Table, audits: dict[str, dict[str, Any]], hours: Collection[datetime] | None = None,
+                  ) -> tuple[Counter[str], set[str]]:
+    """Rejected rows per partition of a rejects ``table``, attributed through each row's source-file audit
+    record, and the source files of the rejects: of the partitions of ``hours`` only (default: every one).
+
+    With ``hours``, only the rejects whose event hour is one of them, or whose source file's audit names one of
+    them (a malformed line has no event hour), are read: the rejects table's partitions of those hours, and the
+    files whose ``source_file`` bounds admit one of those landing files."""
+    from pyiceberg.expressions import AlwaysTrue, In, Or, Reference
+    from pyiceberg.expressions.literals import literal
+
+    counts: Counter[str] = Counter()
+    files: set[str] = set()
+    if table.metadata.current_snapshot_id is None:
+        return counts, files
+    keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
+    row_filter: Any = AlwaysTrue()
+    if hours is not None:
+        row_filter = hours_row_filter("event_hour", hours)
+        named = {name for name, audit in audits.items() if (keys or set()) & set((audit or {}).get("partitions", {}))}
+        if named:
+            row_filter = Or(row_filter, In(term=Reference("source_file"), values={literal(f) for f in named}))
+    scan, tasks = plan(table, row_filter, ("source_file", "event_hour"), None)
+    for task in tasks:
+        for batch in record_batches(scan, task):
+            for row in batch.to_pylist():
+                files.add(row["source_file"])
+                parts = list((audits.get(row["source_file"]) or {}).get("partitions", {}))
+                hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
+                if len(parts) == 1:
+                    counts[parts[0]] += 1
+                elif hour is not None and hour in parts:
+                    counts[hour] += 1
+                else:
+                    counts[UNATTRIBUTED] += 1
+    if keys is not None:
+        counts = Counter({k: n for k, n in counts.items() if k in keys or k == UNATTRIBUTED})
     return counts, files
 
 
@@ -146,19 +193,26 @@ def lineage_summaries(table: Table, snapshot_id: int | None = None) -> list[dict
     return summaries
 
 
-def reconcile(config: LaketideConfig, stream: StreamConfig) -> Report:
+def reconcile(config: LaketideConfig, stream: StreamConfig, hours: Collection[datetime] | None = None) -> Report:
     """Compare, per partition, the expected counts (``inspection.Inspection.expected``) with both tables, and
-    report every landing file that is neither ingested nor pending, by name with its reason."""
-    lake, duplicates, lake_files = lake_counts(config, stream)
+    report every landing file that is neither ingested nor pending, by name with its reason.
+
+    :param hours: the partitions to reconcile (default: all); with them, only those partitions of both tables are
+        read, so the cost follows the hours, not the table's size."""
+    lake, duplicates, lake_files = lake_counts(config, stream, hours)
     events_table = load_stream_table(config, stream.table, stream)
     ingested = source_positions(events_table)
     rejects_table = load_stream_table(config, stream.rejects_table, stream)
-    rejects, reject_files = reject_counts(rejects_table, read_audits(stream.landing_path, hidden=True))
+    rejects, reject_files = reject_counts(rejects_table, read_audits(stream.landing_path, hidden=True), hours)
     for name in (lake_files | reject_files) - {None}:
         ingested.setdefault(name, None)
-    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream))
+    keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
+    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours=keys)
     removed = duplicates_removed(lineage_summaries(events_table))
-    return report_of(landed, lake, rejects, duplicates, removed)
+    report = report_of(landed, lake, rejects, duplicates, removed)
+    if keys is not None:
+        report.partitions = [p for p in report.partitions if p.partition in keys]
+    return report
 
 
 def report_of(landed: Inspection, lake: Counter[str], rejects: Counter[str], duplicates: dict[str, int],

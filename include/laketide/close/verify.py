@@ -1,14 +1,23 @@
 """Great Expectations verification of one partition of one stream: the numbers add up and the rows are sound.
 
-The lake rows of the partition (``start <= event_time < end``, read with pyiceberg at a chosen snapshot of
-the events table) are validated by GX 1.x through an ephemeral context against a suite of real expectations:
+The partition's rows (``start <= event_time < end``, read with pyiceberg at a chosen snapshot of the events table)
+are checked in memory that does not grow with the hour (``close.hourscan``): the row count from the data files'
+manifest entries where that is exact (no delete files, the file's partition is the hour), else by reading;
+null and range checks over Arrow record batches, one data file at a time; uniqueness of event ids on disk (DuckDB
+under a memory limit). Great Expectations (1.x, ephemeral context) is the judge of record: it validates the
+**hour's summary** (one row: the exact counts the scan found), never the rows themselves, against one expectation
+per check, each naming in its ``meta`` the row-level check it stands for:
 
-* ``expect_table_row_count_to_equal(audit - rejects)``: what the producers reported equals lake rows +
-  rejected lines attributed to the partition. ``audit`` is ``inspection.Inspection.expected`` (the audit
-  records of the files in ``data/`` or ingested), the one definition reconciliation uses too;
-* ``expect_column_values_to_be_unique(<event id>)``;
-* ``expect_column_values_to_not_be_null`` for every required field;
-* ``expect_column_values_to_be_between(<event time>, start, end, strict_max)``.
+* ``expect_table_row_count_to_equal``: the lake rows must equal ``audit - rejects - duplicates removed``. ``audit``
+  is ``inspection.Inspection.expected`` (the audit records of the files in ``data/`` or ingested), the one
+  definition reconciliation uses too;
+* ``expect_column_values_to_be_unique(<event id>)``: rows holding an id another row holds too must be 0;
+* ``expect_column_values_to_not_be_null`` for every required field: rows with a null must be 0;
+* ``expect_column_values_to_be_between(<event time>, start, end)``: values outside ``[start, end)`` must be 0.
+
+Each is a GX ``expect_column_max_to_be_between`` on the summary's column (``rows``, ``duplicated_<id>``,
+``null_<field>``, ``outside_<time>``), so the saved result's ``observed_value`` is the exact count; examples of
+offending values come from the scan. The summary, the per-data-file figures and the examples are saved with it.
 
 Besides, every landing file of the partition that is neither ingested nor pending is reported by name with
 its reason (``inspection.inspect``: hidden name, empty, no audit, audit count differs, not one hour, changed or
@@ -26,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laketide.close.hourscan import ID_MEMORY_LIMIT, DuplicateIds, Duplicates, exact_rows, plan, record_batches
 from laketide.close.reconcile import event_time, lineage_summaries, reject_counts, source_positions
 from laketide.close.results import balance
 from laketide.config import LaketideConfig, StreamConfig
@@ -139,8 +149,66 @@ def partition_filter(stream: StreamConfig, start: datetime) -> BooleanExpression
                LessThan(term=column, value=literal((start + HOUR).isoformat())))
 
 
+@dataclass
+class HourScan:
+    """What :func:`scan_hour` found in one partition: exact counts, a few examples, bounded in size."""
+
+    rows: int = 0
+    #: of ``rows``, those counted from manifest entries alone
+    metadata_rows: int = 0
+    nulls: dict[str, int] = field(default_factory=dict)
+    #: event times outside ``[start, end)`` (0 unless a file is misplaced) and the first few of them
+    outside: int = 0
+    outside_examples: list[str] = field(default_factory=list)
+    duplicates: Duplicates = field(default_factory=lambda: Duplicates(0, 0, {}, [], {}))
+    source_files: set[str] = field(default_factory=set)
+    #: one entry per data file read: path, rows, rows from metadata (or None), rows holding a duplicated id
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+
+def scan_hour(table: Table, stream: StreamConfig, start: datetime, snapshot_id: int | None,
+              memory_limit: int = ID_MEMORY_LIMIT) -> HourScan:
+    """Count, check and collect the source files of the partition starting at ``start``, one data file at a
+    time (see the module docstring): peak memory is one file's projected columns plus DuckDB's limit."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    required = [n for n, spec in stream.fields.items() if spec.required]
+    found = HourScan(nulls=dict.fromkeys(required, 0))
+    if snapshot_id is None:
+        return found
+    scan, tasks = plan(table, partition_filter(stream, start), _columns(stream), snapshot_id)
+    with DuplicateIds(memory_limit) as ids:
+        for part, task in enumerate(tasks):
+            exact = exact_rows(table, stream.event_time_field, task, {start})
+            read = 0
+            for batch in record_batches(scan, task):
+                read += batch.num_rows
+                ids.add(batch.column(stream.event_id_field), part)
+                for name in required:
+                    found.nulls[name] += batch.column(name).null_count
+                times = batch.column(stream.event_time_field)
+                low, high = pa.scalar(start, times.type), pa.scalar(start + HOUR, times.type)
+                outside = pc.or_kleene(pc.less(times, low), pc.greater_equal(times, high))
+                n = pc.sum(outside).as_py() or 0
+                if n:
+                    found.outside += n
+                    more = times.filter(outside).slice(0, EXAMPLES).to_pylist()
+                    found.outside_examples = (found.outside_examples + [str(v) for v in more])[:EXAMPLES]
+                found.source_files.update(v for v in pc.unique(batch.column(SOURCE_FILE)).to_pylist() if v)
+            found.rows += exact[1] if exact is not None else read
+            found.metadata_rows += exact[1] if exact is not None else 0
+            found.files.append({"file": task.file.file_path, "rows": read,
+                                "metadata_rows": exact[1] if exact is not None else None})
+        found.duplicates = ids.result(EXAMPLES)
+    for part, entry in enumerate(found.files):
+        entry["duplicated"] = found.duplicates.per_part.get(part, 0)
+    return found
+
+
 def lake_rows(table: Table, stream: StreamConfig, start: datetime, snapshot_id: int | None) -> pa.Table:
-    """The rows of the partition starting at ``start`` (event id, event time, required fields, source file)."""
+    """The rows of the partition starting at ``start`` (event id, event time, required fields, source file), in
+    memory: for tests and small tools only; the close's verification uses :func:`scan_hour`."""
     scan = table.scan(row_filter=partition_filter(stream, start), selected_fields=_columns(stream),
                       snapshot_id=snapshot_id)
     return scan.to_arrow()
@@ -158,33 +226,45 @@ def _ingested_elsewhere(table: Table, files: set[str], snapshot_id: int | None) 
     return set(scan.to_arrow()[SOURCE_FILE].to_pylist())
 
 
+def summary_columns(stream: StreamConfig) -> dict[str, tuple[str, str | None]]:
+    """The hour summary's columns and, for each, the row-level check it stands for and its column."""
+    columns: dict[str, tuple[str, str | None]] = {
+        "rows": ("expect_table_row_count_to_equal", None),
+        f"duplicated_{stream.event_id_field}": ("expect_column_values_to_be_unique", stream.event_id_field),
+    }
+    columns.update({f"null_{name}": ("expect_column_values_to_not_be_null", name)
+                    for name, spec in stream.fields.items() if spec.required})
+    columns[f"outside_{stream.event_time_field}"] = ("expect_column_values_to_be_between", stream.event_time_field)
+    return columns
+
+
 def build_suite(stream: StreamConfig, start: datetime, expected_rows: int) -> ExpectationSuite:
-    """The expectations one partition must meet."""
+    """The expectations one partition's summary must meet: ``expected_rows`` rows, and no row breaking a check."""
     quiet_libraries()  # before GX's import, which logs a line per function it does not register
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
-    expectations: list[Any] = [
-        gxe.ExpectTableRowCountToEqual(value=expected_rows),
-        gxe.ExpectColumnValuesToBeUnique(column=stream.event_id_field),
-    ]
-    expectations += [gxe.ExpectColumnValuesToNotBeNull(column=name)
-                     for name, spec in stream.fields.items() if spec.required]
-    # aware UTC bounds: GX's pandas metric compares a tz-aware (DatetimeTZDtype) column vectorised against them
-    expectations.append(gxe.ExpectColumnValuesToBeBetween(
-        column=stream.event_time_field, min_value=start, max_value=start + HOUR, strict_max=True,
-    ))
+    expectations: list[Any] = []
+    for column, (check, field_name) in summary_columns(stream).items():
+        value = expected_rows if column == "rows" else 0
+        meta: dict[str, Any] = {"check": check, "expected": value}
+        if field_name is not None:
+            meta["column"] = field_name
+        if check == "expect_column_values_to_be_between":
+            meta.update(min_value=start.isoformat(), max_value=(start + HOUR).isoformat(), strict_max=True)
+        expectations.append(gxe.ExpectColumnMaxToBeBetween(column=column, min_value=value, max_value=value,
+                                                           meta=meta))
     return gx.ExpectationSuite(name=f"laketide-{stream.name}-partition", expectations=expectations)
 
 
-def _frame(rows: pa.Table, stream: StreamConfig) -> pd.DataFrame:
-    df = rows.to_pandas()
-    times = df[stream.event_time_field]
-    # Iceberg timestamptz arrives as datetime64[us, UTC] and is compared tz-aware as is. Deliberately: a naive
-    # column would take GX's per-value path, where naive vs aware comparisons raise; localise it as UTC.
-    if getattr(times.dt, "tz", None) is None:
-        df[stream.event_time_field] = times.dt.tz_localize("UTC")
-    return df
+def summary_frame(found: HourScan, stream: StreamConfig) -> pd.DataFrame:
+    """The one-row frame GX validates: the exact counts of :class:`HourScan`."""
+    import pandas as pd
+
+    values = {"rows": found.rows, f"duplicated_{stream.event_id_field}": found.duplicates.rows,
+              **{f"null_{name}": n for name, n in found.nulls.items()},
+              f"outside_{stream.event_time_field}": found.outside}
+    return pd.DataFrame([values], columns=list(summary_columns(stream)), dtype="int64")
 
 
 def validate(df: pd.DataFrame, suite: ExpectationSuite, stream: StreamConfig) -> ExpectationSuiteValidationResult:
@@ -204,29 +284,35 @@ def _examples(result: dict[str, Any]) -> str:
     return f" (e.g. {', '.join(values[:EXAMPLES])})" if values else ""
 
 
-def failure_line(outcome: dict[str, Any], audit: int, rejects: int) -> str:
-    """One line for a failed expectation (``ExpectationValidationResult.to_json_dict()``)."""
+def failure_line(outcome: dict[str, Any], audit: int, rejects: int, found: HourScan | None = None) -> str:
+    """One line for a failed expectation (``ExpectationValidationResult.to_json_dict()``), named by the row-level
+    check it stands for (its ``meta``), with the counts of ``found`` and examples of offending values."""
     config = outcome.get("expectation_config") or {}
-    kind, kwargs = config.get("type", "expectation"), config.get("kwargs") or {}
+    meta, kwargs = config.get("meta") or {}, config.get("kwargs") or {}
+    kind = meta.get("check") or config.get("type", "expectation")
+    column = meta.get("column") or kwargs.get("column")
+    name = f"{kind}({column})" if column and kind != "expect_table_row_count_to_equal" else kind
     result = outcome.get("result") or {}
-    name = f"{kind}({kwargs['column']})" if "column" in kwargs else kind
     info = outcome.get("exception_info") or {}
     if info.get("raised_exception"):
         return f"{name} raised: {info.get('exception_message')}"
-    count, total = result.get("unexpected_count"), result.get("element_count")
+    count, total = result.get("observed_value"), found.rows if found is not None else None
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
     if kind == "expect_table_row_count_to_equal":
-        return (f"{name}: observed {result.get('observed_value')} rows, expected {kwargs.get('value')} "
+        return (f"{name}: observed {count} rows, expected {meta.get('expected', kwargs.get('min_value'))} "
                 f"(audit {audit} - rejects {rejects})")
     if kind == "expect_column_values_to_be_unique":
-        return f"{name}: {count} of {total} rows hold a duplicated value{_examples(result)}, expected 0"
+        examples = _examples({"partial_unexpected_list": found.duplicates.examples if found else []})
+        return f"{name}: {count} of {total} rows hold a duplicated value{examples}, expected 0"
     if kind == "expect_column_values_to_not_be_null":
         return f"{name}: {count} of {total} rows are null, expected 0"
     if kind == "expect_column_values_to_be_between":
-        return (f"{name}: {count} of {total} values outside [{kwargs.get('min_value')}, "
-                f"{kwargs.get('max_value')}){_examples(result)}, expected 0")
+        examples = _examples({"partial_unexpected_list": found.outside_examples if found else []})
+        return (f"{name}: {count} of {total} values outside [{meta.get('min_value')}, "
+                f"{meta.get('max_value')}){examples}, expected 0")
     expected = {k: v for k, v in kwargs.items() if k not in ("batch_id", "column")}
-    observed = result.get("observed_value", count)
-    return f"{name}: observed {observed}, expected {expected}"
+    return f"{name}: observed {count}, expected {expected}"
 
 
 def save_result(config: LaketideConfig, stream: StreamConfig, start: datetime, payload: dict[str, Any]) -> Path:
@@ -262,10 +348,10 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     snapshot_id = _snapshot(table, stream.table, snapshot_id)
 
     audits = read_audits(stream.landing_path, hidden=True)
-    rejected, reject_files = reject_counts(rejects_table, audits)
+    rejected, reject_files = reject_counts(rejects_table, audits, {start})
     rejects = rejected[key]
-    rows = lake_rows(table, stream, start, snapshot_id)
-    here = set(rows[SOURCE_FILE].to_pylist()) - {None}
+    found = scan_hour(table, stream, start, snapshot_id, config.close.scan_memory)
+    here = found.source_files
     ingested = source_positions(table, snapshot_id) if snapshot_id is not None else {}
     for name in here | reject_files:
         ingested.setdefault(name, None)
@@ -277,20 +363,23 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
 
     duplicates = duplicates_removed(lineage_summaries(table, snapshot_id)).get(key, 0)
     suite = build_suite(stream, start, audit - rejects - duplicates)
-    result = validate(_frame(rows, stream), suite, stream)
+    result = validate(summary_frame(found, stream), suite, stream)
     payload = result.to_json_dict()
-    failures = [failure_line(r, audit, rejects) for r in payload.get("results", []) if not r.get("success")]
+    failures = [failure_line(r, audit, rejects, found) for r in payload.get("results", []) if not r.get("success")]
     failures += [f"landing file {f.line()}" for f in findings if f.blocking]
     payload.setdefault("meta", {})["laketide"] = {
         "stream": stream.name, "table": stream.table, "partition": key, "snapshot_id": snapshot_id,
-        "audit": audit, "lake": rows.num_rows, "rejects": rejects, "duplicates": duplicates,
+        "audit": audit, "lake": found.rows, "rejects": rejects, "duplicates": duplicates,
+        "lake_rows_from_metadata": found.metadata_rows, "duplicated_ids": found.duplicates.ids,
+        "examples": {"duplicated": found.duplicates.examples, "outside": found.outside_examples},
+        "data_files": found.files,
         "pending_files": sorted(pending),
         "findings": [{"file": f.file, "reason": str(f.reason), "detail": f.detail, "hours": list(f.hours),
                       "blocking": f.blocking} for f in findings],
     }
     return Verification(
         stream=stream.name, partition=start, success=bool(result.success) and not any(f.blocking for f in findings),
-        audit=audit, lake=rows.num_rows, rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id,
+        audit=audit, lake=found.rows, rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id,
         failures=failures, results_path=save_result(config, stream, start, payload),
         findings=[f.line() for f in findings], duplicates=duplicates,
     )

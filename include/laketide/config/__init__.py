@@ -17,7 +17,7 @@ from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, M
 from laketide.config.markers import MARKER_PLACEHOLDERS, DoneMarkersConfig, HttpMarker
 from laketide.config.model import LaketideConfig, maintained_tables
 from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
-from laketide.config.streams import CommitPath, FieldSpec, FieldType, StreamConfig
+from laketide.config.streams import EXTRA_COLUMN, CommitPath, FieldSpec, FieldType, StreamConfig, UnknownFields
 from laketide.config.values import (
     check_table_name,
     non_negative_duration,
@@ -30,6 +30,7 @@ from laketide.errors import ConfigError
 __all__ = [
     "DEFAULT_CONFIG",
     "ENV_PREFIX",
+    "EXTRA_COLUMN",
     "MAINTENANCE_ACTIONS",
     "MARKER_PLACEHOLDERS",
     "ORPHAN_AGE_FLOOR",
@@ -47,6 +48,7 @@ __all__ = [
     "SparkConfig",
     "StreamConfig",
     "TablePolicy",
+    "UnknownFields",
     "WriterGroupConfig",
     "check_table_name",
     "config_path",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from laketide.config.values import _IDENT, _secs, _Strict, check_table_name, positive_duration
+from laketide.config.values import _IDENT, _secs, _Strict, check_table_name, parse_size, positive_duration
 
 
 class CatalogConfig(_Strict):
@@ -75,6 +75,17 @@ class CloseConfig(_Strict):
     #: Without it, or when the API refuses, the note is only logged; nothing fails
     run_notes: bool = True
     api_conn_id: str = "laketide_airflow_api"
+    #: the memory verification and reconciliation give their on-disk engine (DuckDB) to count duplicate event ids;
+    #: beyond it DuckDB spills to a temporary folder (about 20 bytes of disk per row of the hour)
+    scan_memory: int = 256 * 1024**2
+
+    @field_validator("scan_memory", mode="before")
+    @classmethod
+    def _scan_memory(cls, value: Any) -> int:
+        size = parse_size(value)
+        if size < 64 * 1024**2:
+            raise ValueError(f"{value!r} is below 64MB: DuckDB needs at least that much to work (use e.g. '1GB')")
+        return size
 
     @field_validator("poke_interval", "sensor_timeout", mode="before")
     @classmethod

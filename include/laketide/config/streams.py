@@ -21,7 +21,11 @@ from laketide.config.values import (
     positive_duration,
 )
 
-FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
+FieldType = Literal["string", "long", "int", "float", "double", "boolean", "timestamp"]
+#: what the writer does with a line's fields the configuration does not know (see ``StreamConfig.unknown_fields``)
+UnknownFields = Literal["ignore", "keep", "reject"]
+#: the events table's catch-all column of ``unknown_fields: keep``
+EXTRA_COLUMN = "_extra"
 CommitPath = Literal["auto", "internal", "public"]
 #: the shortest ``writer_lease`` accepted (the writer's loop renews the lease about once a second)
 MIN_WRITER_LEASE = timedelta(seconds=5)
@@ -89,6 +93,10 @@ class StreamConfig(_Strict):
     #: the writer drops a valid event whose id its hour already holds (in the table, or earlier in the same batch),
     #: counting it per hour in the commit's summary (``laketide.duplicates-dropped``); see laketide.ingest.dedupe
     dedupe_on_write: bool = False
+    #: a line's fields that ``fields`` does not name: "ignore" them (the line is ingested without them), "keep" them
+    #: in the events table's catch-all column ``_extra`` (a map from field name to the value's text), or "reject"
+    #: the line (reason: the unknown fields, named). keep and reject read each line's keys: a second JSON pass
+    unknown_fields: UnknownFields = "ignore"
     #: what consumers outside Airflow get when an hour of the stream closes or re-closes: a marker file, an HTTP
     #: POST, a callable (see laketide.close.markers); none by default
     done_markers: DoneMarkersConfig | None = None

@@ -11,10 +11,12 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.config import LaketideConfig, StreamConfig
+from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import public_sink
+from laketide.ingest.columns import LANDED_AT, SOURCE_SIZE
 from laketide.ingest.inspection import audit_hours
+from laketide.ingest.rejects import rejected_rows
 from laketide.ingest.summary import (
     MICROS_PER_HOUR,
     _from_micros,
@@ -24,7 +26,7 @@ from laketide.ingest.summary import (
     warn_ahead,
     watermark_after,
 )
-from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE, Validator, rejected_rows
+from laketide.ingest.transforms import Validator
 from laketide.lake import commits
 from laketide.lake.hours import from_epoch_hours
 from laketide.lake.internals import SqlitePool
@@ -72,11 +74,12 @@ class PublicPath:
         stream = self.stream
         spark = batch.sparkSession
         self._public = self._public or public_sink.PublicIceberg(spark)
-        events_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.table}"),
-                                                 stream.writer_id)
+        events_table = self._public.table(f"{self.prefix}.{stream.table}")
+        events_marker = public_sink.table_marker(events_table, stream.writer_id)
         if not commits.should_write(batch_id, events_marker):
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
+        self.validator.with_extra = events_table.schema().findField(EXTRA_COLUMN) is not None
         now = datetime.now(UTC).replace(microsecond=0)
         time_field = stream.event_time_field
         lineage = [batch["_source_file"].alias("_file"), batch[SOURCE_SIZE].alias("_size"),
@@ -126,14 +129,15 @@ class PublicPath:
                 rejects_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.rejects_table}"),
                                                           stream.writer_id)
                 if commits.should_write(batch_id, rejects_marker):
-                    self._reject_public(batch, batch_id, now, files, rejected, extra, rejects_marker)
+                    self._reject_public(rows, batch_id, now, files, rejected, extra, rejects_marker)
             else:
                 # nothing staged for the rejects: pause here
                 faults.maybe_pause("before_commit", batch_id, self.stream.name)
             faults.maybe_pause("between_tables", batch_id, self.stream.name)
             published = time.monotonic()
             props = commits.summary_properties(stream.writer_id, batch_id, files, per_hour, extra)
-            table_columns = [*stream.fields, "_source_file", "_batch_id"]
+            table_columns = [*stream.fields, "_source_file", "_batch_id",
+                             *([EXTRA_COLUMN] if self.validator.with_extra else [])]
             valid_rows = rows.where(F.col(time_field).isNotNull()).select(*table_columns)
             snapshot_id = self._publish_public(spark, stream.table, valid_rows, props, batch_id, events_marker,
                                                None)
@@ -148,14 +152,15 @@ class PublicPath:
             published - planned, done - published, done - started,
         )
 
-    def _reject_public(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
+    def _reject_public(self, rows: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
                        extra: dict[str, Any], marker: commits.Marker | None) -> None:
-        """The rejected lines to the rejects table through a staging branch (the public path's ``_reject``)."""
+        """The rejected lines to the rejects table through a staging branch (the public path's ``_reject``), read
+        from the batch's cached staged ``rows`` (``Validator.rejects_of``), not from the batch."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now,
+        rejects = rejected_rows(self.validator.rejects_of(rows), stream, batch_id, now,
                                 audit_hours(stream.landing_path, files)).persist(
             StorageLevel.MEMORY_AND_DISK)
         try:
@@ -172,7 +177,7 @@ class PublicPath:
                     "committed"
                 )
             props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
-            self._publish_public(batch.sparkSession, stream.rejects_table, rejects, props, batch_id, marker,
+            self._publish_public(rows.sparkSession, stream.rejects_table, rejects, props, batch_id, marker,
                                  "before_commit")
         finally:
             rejects.unpersist()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE
+from laketide.ingest.columns import LANDED_AT, SOURCE_SIZE
 from laketide.ingest.writer import BatchWriter
 
 log = logging.getLogger("laketide.ingest.runner")

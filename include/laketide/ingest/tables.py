@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
-from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.transforms import spark_type
+from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
+from laketide.ingest.columns import spark_type
+from laketide.ingest.schema import EXTRA_TYPE, REQUIRED_PROPERTY, evolve, plan_change, required_property, table_shape
 from laketide.lake.catalog import COMMIT_RETRY_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger("laketide.ingest.tables")
 
 EVENTS_PROPERTIES = {
     "format-version": "2",
@@ -39,26 +42,39 @@ def events_properties(stream: StreamConfig) -> dict[str, str]:
     return {
         **EVENTS_PROPERTIES, f"write.metadata.metrics.column.{stream.event_time_field}": "full",
         "write.metadata.metrics.column._source_file": "counts",
+        REQUIRED_PROPERTY: required_property(stream),
     }
 
 
 def create_events_table(spark: SparkSession, name: str, stream: StreamConfig) -> None:
     """Create ``name`` (``catalog.namespace.table``) as the events table of ``stream`` unless it exists:
-    the stream's fields, ``_source_file``, ``_batch_id``, hidden partition by hour of event time."""
+    the stream's fields, ``_source_file``, ``_batch_id`` (and ``_extra`` with ``unknown_fields: keep``), hidden
+    partition by hour of event time."""
     columns = ", ".join(f"`{n}` {spark_type(s.type).simpleString()}" for n, s in stream.fields.items())
+    extra = f", {EXTRA_COLUMN} {EXTRA_TYPE}" if stream.unknown_fields == "keep" else ""
     props = ", ".join(f"'{k}'='{v}'" for k, v in events_properties(stream).items())
     spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {name} ({columns}, _source_file string, _batch_id bigint) "
+        f"CREATE TABLE IF NOT EXISTS {name} ({columns}, _source_file string, _batch_id bigint{extra}) "
         f"USING iceberg PARTITIONED BY (hours(`{stream.event_time_field}`)) TBLPROPERTIES ({props})"
     )
 
 
 def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
-    """Create the namespace, events table (hidden partition: hour of event time) and rejects table."""
+    """Create the namespace, events table (hidden partition: hour of event time) and rejects table; bring an
+    existing events table's columns in line with the stream's fields (``laketide.ingest.schema``).
+
+    :raises SchemaChangeError: the fields changed in a way the table cannot follow (nothing is changed)
+    """
     cat = config.catalog.name
     for ns in sorted({stream.table.split(".")[0], stream.rejects_table.split(".")[0]}):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{ns}")
-    create_events_table(spark, f"{cat}.{stream.table}", stream)
+    events = f"{cat}.{stream.table}"
+    create_events_table(spark, events, stream)
+    change = plan_change(stream, *table_shape(spark, events))
+    if not change.empty:
+        evolve(spark, events, change)
+        for line in change.lines():
+            log.warning("stream %s: table %s: %s", stream.name, stream.table, line)
     props = ", ".join(f"'{k}'='{v}'" for k, v in EVENTS_PROPERTIES.items())
     rejects = f"{cat}.{stream.rejects_table}"
     spark.sql(

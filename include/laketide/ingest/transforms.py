@@ -1,173 +1,41 @@
 """Parse and validate landing lines: pure DataFrame -> DataFrame transforms, one reason per bad line.
 
 ``parse_lines`` and :class:`Validator` turn the lines ``runner.extract`` reads into typed rows and reasons;
-``rejected_rows`` shapes the rejects table's rows. Nothing here touches a table.
+``rejected_rows`` (``laketide.ingest.rejects``) shapes the rejects table's rows; the column expressions both use
+are in ``laketide.ingest.columns``. Nothing here touches a table.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from laketide.config import StreamConfig
+from laketide.config import EXTRA_COLUMN, StreamConfig
+from laketide.ingest.columns import (
+    BOM,
+    CORRUPT,
+    EXTRA_SQL_TYPE,
+    LANDED_AT,
+    PACK_SEPARATOR,
+    STRICT_JSON,
+    batch_parameter,
+    fits,
+    human,
+    json_options,
+    object_opens,
+    one_object,
+    pack_reject,
+    record_schema,
+    timestamp_formats,
+    timestamp_rule,
+    too_long_reason,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType, StructType
-
-
-CORRUPT = "_corrupt_record"
-#: a byte order mark: JSON Lines is UTF-8 without one (a line starting with it is rejected, with this reason)
-BOM = "\ufeff"
-LANDED_AT = "_landed_at"
-#: the landing file's size in bytes (``_metadata.file_size``): read by the public commit path only
-SOURCE_SIZE = "_source_size"
-STRICT_JSON = {"allowSingleQuotes": "false"}
-#: characters of an over-long line kept in the rejects table's ``raw`` (the landing file keeps the whole line)
-RAW_PREFIX_CHARS = 1024
-#: the time of day of a timestamp value: minutes, optional seconds, optional fraction (1 to 9 digits)
-CLOCK = "HH:mm[:ss[.SSSSSSSSS]]"
-TIMESTAMP_EXAMPLE = "2026-11-22T03:15:07.123Z"
-
-
-
-def spark_type(kind: str) -> DataType:
-    """The Spark type of a field type of the configuration (``FieldSpec.type``)."""
-    from pyspark.sql import types as T
-
-    return {
-        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
-        "boolean": T.BooleanType(), "timestamp": T.TimestampType(),
-    }[kind]
-
-
-def record_schema(stream: StreamConfig) -> StructType:
-    """The typed record schema of a stream."""
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField(n, spark_type(spec.type), nullable=True) for n, spec in stream.fields.items()])
-
-
-def timestamp_formats(stream: StreamConfig) -> tuple[str, str | None]:
-    """The Spark datetime patterns a timestamp value of ``stream`` must match: the JSON reader's, and one tried
-    on values the first refuses (None when there is none).
-
-    By default a value needs a date, a time and a UTC offset. The reader takes one pattern, and no pattern
-    takes both ``+05:30`` and ``+0530`` while requiring one of them (an optional offset lets a value without
-    one through, read in the reader's time zone): the first pattern takes ``Z`` and ``+05:30``, the second
-    ``Z``, ``+05`` and ``+0530``. With ``allow_timestamps_without_offset`` the offset is optional (the value
-    is read as UTC); with ``allow_date_only_timestamps`` a date alone is read as midnight UTC.
-
-    Every pattern holds an optional section ("["): a value the pattern refuses then reads as null. Spark
-    raises instead (failing the batch) when its legacy parser, given the same pattern, accepts a value
-    the new one refuses; to the legacy parser "[" is a literal that no accepted value holds.
-    """
-    if stream.allow_timestamps_without_offset:
-        clocks: tuple[str, ...] = (f"{CLOCK}[XXX][X]",)
-    else:
-        clocks = (f"{CLOCK}XXX", f"{CLOCK}X")
-    if stream.allow_date_only_timestamps:
-        formats = [f"yyyy-MM-dd['T'{clock}]" for clock in clocks]
-    else:
-        formats = [f"yyyy-MM-dd'T'{clock}" for clock in clocks]
-    return formats[0], (formats[1] if len(formats) > 1 else None)
-
-
-def timestamp_rule(stream: StreamConfig) -> str:
-    """What a timestamp value of ``stream`` needs, for the reasons of rejected lines."""
-    date_only, no_offset = stream.allow_date_only_timestamps, stream.allow_timestamps_without_offset
-    if date_only and no_offset:
-        needs = "a date, or a date and a time"
-    elif date_only:
-        needs = "a date alone, or a date, a time and a UTC offset"
-    elif no_offset:
-        needs = "a date and a time"
-    else:
-        needs = "a date, a time and a UTC offset"
-    return f"needs {needs} (ISO 8601, e.g. {TIMESTAMP_EXAMPLE})"
-
-
-def json_options(stream: StreamConfig) -> dict[str, str]:
-    """Options of the JSON reader that parses a stream's lines.
-
-    Spark's JSON reader falls back to a lenient timestamp parse (a date alone, no offset, a space for the
-    'T', a zone name) unless a ``timestampFormat`` is given; the fallback is also switched off explicitly,
-    so that ``spark.sql.json.enableDateTimeParsingFallback`` cannot switch it back on. A value that does
-    not match reads as null (then the line is rejected: the field is not a valid timestamp). The time
-    zone applies only to the values the stream allows without an offset."""
-    return {
-        **STRICT_JSON, "timestampFormat": timestamp_formats(stream)[0], "timeZone": "UTC",
-        "enableDateTimeParsingFallback": "false",
-    }
-
-
-def batch_parameter(value: int) -> Column:
-    """``value`` as a bigint column that Spark keeps out of the code it generates.
-
-    Spark compiles each stage of a query to Java and caches the class by its source text. A long literal
-    is written into that text, so a value that changes with every micro-batch (the batch id) would cost a
-    compilation of the whole stage per batch: about 0.1 s here, a few per cent of a batch. An array
-    literal is handed to the class as a parameter instead, and reading its element at an index the
-    optimizer cannot compute (the partition id times 0) keeps it from folding the value back into a long
-    literal. Reading it costs a few nanoseconds per row. One SQL expression: a single call into the JVM.
-    """
-    from pyspark.sql import functions as F
-
-    return F.expr(f"array(CAST({int(value)} AS BIGINT))[spark_partition_id() * 0]")
-
-
-def _human(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0 and seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _opens_object(raw: Column) -> Column:
-    """The line opens a JSON object, maybe after whitespace (only lines not starting with "{" pay the trim)."""
-    from pyspark.sql import functions as F
-
-    return raw.startswith("{") | F.ltrim(raw).startswith("{")
-
-
-def one_object(raw: Column) -> Column:
-    """The line holds one JSON value and nothing after it but whitespace (strict JSON Lines; Spark's JSON reader
-    reads the first value of a line and ignores what follows it: ``{...} xyz``, ``{...}}``, ``{...}{...}``).
-
-    Asked only of a line the reader parsed as an object. Cheap when the line's only ``}`` ends it (a flat
-    record: the object closes there and nothing follows). Otherwise two wrappers decide: ``[`` line ``]``
-    must be an array of exactly one value, and ``{"x":`` line ``}`` an object of exactly one key; a line that
-    closes one wrapper early (``{...}]...`` or ``{...}}...``) breaks the other."""
-    from pyspark.sql import functions as F
-
-    flat = F.instr(raw, "}") == F.length(F.rtrim(raw))
-    array = F.json_array_length(F.concat(F.lit("["), raw, F.lit("]"))) == 1
-    keyed = F.size(F.json_object_keys(F.concat(F.lit('{"x":'), raw, F.lit("}")))) == 1
-    return F.when(flat, F.lit(True)).otherwise(F.coalesce(array & keyed, F.lit(False)))
-
-
-def fits(raw: Column, stream: StreamConfig) -> Column:
-    """The line is at most ``max_line_bytes`` long.
-
-    Bytes, not characters: the text source keeps each line as UTF-8 bytes (Spark's UTF8String), whose byte
-    length is a stored field (``octet_length``: one comparison per line) while its length in characters
-    (``length``) takes a pass over the line. Bytes are also what a line costs in memory and on disk."""
-    from pyspark.sql import functions as F
-
-    return F.octet_length(raw) <= F.lit(stream.max_line_bytes)
-
-
-def too_long_reason(raw: Column, stream: StreamConfig) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.concat(
-        F.lit("line of "), F.octet_length(raw).cast("string"),
-        F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})"),
-    )
 
 
 class Parsed:
@@ -203,6 +71,34 @@ class Parsed:
 
     def field(self, name: str) -> Column:
         return self._fields[name]
+
+    def _known(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.array(*[F.lit(n) for n in self.stream.fields])
+
+    def unknown_keys(self) -> Column:
+        """The line's top-level keys that the stream's fields do not name (an array; null for a line that is no
+        JSON object). One more pass over the line: asked only with ``unknown_fields: reject``."""
+        from pyspark.sql import functions as F
+
+        return F.array_except(F.json_object_keys(self.raw), self._known())
+
+    def has_unknown(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.coalesce(F.size(self.unknown_keys()) > 0, F.lit(False))
+
+    def extra(self) -> Column:
+        """The line's fields that the stream's fields do not name, as a map from name to the value's text (a
+        string's own text, the JSON of any other value), null when there is none: ``unknown_fields: keep``'s
+        catch-all column. One more parse of the line."""
+        from pyspark.sql import functions as F
+
+        known = self._known()
+        every = F.from_json(F.when(self.fits, self.raw), EXTRA_SQL_TYPE, STRICT_JSON)
+        rest = F.map_filter(every, lambda k, _: ~F.array_contains(known, k))
+        return F.when(F.size(rest) > 0, rest)
 
     def present(self) -> Column:
         """The line is a record: it is not blank (a line too long to parse is one)."""
@@ -249,7 +145,7 @@ class Parsed:
         test reads the fields; the line itself is searched only for an optional field read as null. For a valid
         flat line with every field present it costs a few compiled comparisons and scans of the line.
         """
-        valid = _opens_object(self.raw)
+        valid = object_opens(self.raw)
         for name, spec in self.stream.fields.items():
             if spec.required:
                 valid = valid & self.field(name).isNotNull()
@@ -260,6 +156,8 @@ class Parsed:
         for name, spec in self.stream.fields.items():
             if not spec.required:
                 valid = valid & ~self.unreadable(name)
+        if self.stream.unknown_fields == "reject":
+            valid = valid & ~self.has_unknown()
         return valid & one_object(self.raw)
 
     def reason(self) -> Column:
@@ -271,7 +169,7 @@ class Parsed:
         from pyspark.sql import functions as F
 
         stream, raw = self.stream, self.raw
-        opens_object = _opens_object(raw)
+        opens_object = object_opens(raw)
         # the strict parse tells lines that no JSON reader accepts from those only a lenient one does
         syntax = F.from_json(raw, f"struct<{CORRUPT}:string>", {
             "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
@@ -294,12 +192,17 @@ class Parsed:
         for name, spec in stream.fields.items():
             if spec.required:
                 checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
+        if stream.unknown_fields == "reject":
+            checks.append(F.when(self.has_unknown(), F.concat(
+                F.lit("unknown field(s) "), F.array_join(F.transform(self.unknown_keys(), lambda k: F.concat(
+                    F.lit("'"), k, F.lit("'"))), ", "),
+                F.lit(": not in the stream's fields (add them to fields, or set unknown_fields to ignore or keep)"))))
         low = datetime.fromisoformat(stream.min_event_time)
         checks.append(
             F.when(
                 ~self.time_in_range(),
                 F.concat(
-                    F.lit(f"event time out of range [{low.isoformat()}, landing time + {_human(stream.max_future)}]: "),
+                    F.lit(f"event time out of range [{low.isoformat()}, landing time + {human(stream.max_future)}]: "),
                     F.date_format(self.field(stream.event_time_field), "yyyy-MM-dd'T'HH:mm:ssXXX"),
                 ),
             )
@@ -324,6 +227,16 @@ class Validator:
         #: reuse the columns while the batches' input columns are the same (read from Spark's resolved plan,
         #: a non-public API: off on the public commit path, which then rebuilds them per batch)
         self.plan_keys = True
+        #: the events table has the catch-all column ``_extra`` (``unknown_fields: keep``, now or before): the rows
+        #: carry it (null unless the stream keeps unknown fields). The writer sets it from the table
+        self.with_extra = stream.unknown_fields == "keep"
+
+    def _extra(self, parsed: Parsed) -> Column:
+        from pyspark.sql import functions as F
+
+        if self.stream.unknown_fields == "keep":
+            return parsed.extra().alias(EXTRA_COLUMN)
+        return F.lit(None).cast(EXTRA_SQL_TYPE).alias(EXTRA_COLUMN)
 
     def _parse(self, raw: Column) -> Column:
         """The line parsed with the stream's schema, unless it is longer than ``max_line_bytes`` (then null).
@@ -354,18 +267,26 @@ class Validator:
         from laketide.lake.internals import output_key
 
         key = output_key(lines) if self.plan_keys else None  # names with ids: value#0, ...
+        if key is not None:
+            key += f" extra={self.with_extra}"
         if self._staged is None or key is None or self._staged[0] != key:
             raw = lines["value"]
             record = self._parse(raw)
             parsed = Parsed(self.stream, record, raw, lines[LANDED_AT])
             valid = parsed.valid()
             time_field = self.stream.event_time_field
+            source = lines["_source_file"]
             columns = [
                 *[(F.when(valid, parsed.field(n)) if n == time_field else parsed.field(n)).alias(n)
                   for n in self.stream.fields],
-                # blank lines are not records: their rows (in the null hour partition) carry no source file
-                F.when(parsed.present(), lines["_source_file"]).alias("_source_file"),
+                # blank lines are not records: their rows (in the null hour partition) carry no source file; a
+                # rejected line's carries what its rejects row needs (see pack_reject)
+                F.when(parsed.present(), F.when(valid, source).otherwise(pack_reject(source, raw, lines[LANDED_AT],
+                                                                                     self.stream)))
+                .alias("_source_file"),
             ]
+            if self.with_extra:
+                columns.append(self._extra(parsed))
             self._staged = (key, columns)
         return self._staged[1]
 
@@ -385,7 +306,7 @@ class Validator:
         parsed = self._parsed
         return [
             *[parsed.field(name).alias(name) for name in self.stream.fields], parsed.raw, F.col("_source_file"),
-            parsed.reason().alias("_error"),
+            parsed.reason().alias("_error"), *([self._extra(parsed)] if self.with_extra else []),
         ]
 
     def check(self, read: DataFrame) -> DataFrame:
@@ -397,11 +318,38 @@ class Validator:
         """``check(read(lines))``: see the module function ``parse_lines``."""
         return self.check(self.read(lines))
 
+    def rejects_of(self, staged: DataFrame) -> DataFrame:
+        """The rejected lines among rows of ``staged_rows`` (or of the data files they were written to): ``_raw``,
+        ``_source_file`` and ``_error``, the reason, as ``check`` gives them, and ``_truncated`` (``_raw`` holds an
+        over-long line already cut): the input of ``rejected_rows``.
+
+        Reads only what ``staged_rows`` packed into a rejected line's ``_source_file`` (see :func:`pack_reject`):
+        the reasons are computed for the rejected lines alone, the batch is not read again."""
+        from pyspark.sql import functions as F
+
+        stream = self.stream
+        rejected = staged.where(F.col(f"`{stream.event_time_field}`").isNull() & F.col("_source_file").isNotNull())
+        if "_batch_id" in staged.columns:  # a null batch id marks a duplicate dropped by dedupe_on_write
+            rejected = rejected.where(F.col("_batch_id").isNotNull())
+        parts = F.split(F.col("_source_file"), PACK_SEPARATOR, 4)
+        unpacked = rejected.select(
+            parts[0].alias("_source_file"), F.timestamp_micros(parts[1].cast("bigint")).alias(LANDED_AT),
+            parts[2].cast("bigint").alias("_length"), F.unbase64(parts[3]).cast("string").alias("value"),
+        )
+        fitting = self.parse_lines(unpacked.where(F.col("_length") <= stream.max_line_bytes))
+        over = unpacked.where(F.col("_length") > stream.max_line_bytes).select(
+            F.col("value").alias("_raw"), "_source_file",
+            F.concat(F.lit("line of "), F.col("_length").cast("string"),
+                     F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})")).alias("_error"),
+            F.lit(True).alias("_truncated"))
+        return fitting.select("_raw", "_source_file", "_error", F.lit(False).alias("_truncated")).unionByName(over)
+
     def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = ()) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
-        plus the lineage columns. A rejected line keeps a null event time, so its row falls in the null hour
-        partition: the writer counts the rejects in those files (the rows with a source file; blank lines
-        have none), then deletes them.
+        plus the lineage columns (and ``_extra`` when the table has it). A rejected line keeps a null event
+        time, so its row falls in the null hour partition: the writer counts the rejects in those files (the rows
+        with a source file; blank lines have none), reads the rejected lines from them (``rejects_of``), then
+        deletes them.
 
         One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
         valid line, no JSON function besides the parse: the split costs one compiled test per line.
@@ -419,63 +367,3 @@ def parse_lines(lines: DataFrame, stream: StreamConfig) -> DataFrame:
     :return: the stream's fields, plus ``_raw``, ``_source_file`` and ``_error`` (null when valid).
     """
     return Validator(stream).parse_lines(lines)
-
-
-#: the hour of a landing file from its name (``landing.FILE_NAME``, a hidden name's prefix ignored), as Java regex
-FILE_HOUR_PATTERN = r"^[_.]*(\d{8}T\d{2})-[A-Za-z0-9_.-]+-\d{8,}-[0-9a-f]{8}\.jsonl$"
-
-
-def file_hour(source_file: Column, audit_hours: Mapping[str, str] | None = None) -> Column:
-    """The hour of a landing file (the contract's file hour) as a timestamp column: from its name, else from
-    ``audit_hours`` (file name -> partition key, read from the audit records of files named otherwise), else null.
-    """
-    from pyspark.sql import functions as F
-
-    by_name = F.to_timestamp(F.regexp_extract(source_file, FILE_HOUR_PATTERN, 1), "yyyyMMdd'T'HH")
-    known = {name: datetime.fromisoformat(hour) for name, hour in (audit_hours or {}).items()}
-    if not known:
-        return by_name
-    by_audit = F.create_map(*[x for name, hour in sorted(known.items()) for x in (F.lit(name), F.lit(hour))])
-    return F.coalesce(by_name, by_audit[source_file])
-
-
-def valid_text(raw: Column) -> tuple[Column, Column]:
-    """``raw`` as valid UTF-8 text (an invalid byte sequence replaced by U+FFFD), and its exact bytes when they are
-    not valid UTF-8 (null when the text holds them exactly): what the rejects table keeps of a line, so that every
-    reader can read it and nothing is lost."""
-    from pyspark.sql import functions as F
-
-    invalid = raw.cast("binary") != F.encode(raw, "UTF-8")
-    return (F.when(invalid, F.decode(F.encode(raw, "UTF-8"), "UTF-8")).otherwise(raw),
-            F.when(invalid, raw.cast("binary")))
-
-
-def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: datetime,
-                  audit_hours: Mapping[str, str] | None = None) -> DataFrame:
-    """Rows for the rejects table: the raw line (as valid UTF-8 text in ``raw``, and its exact bytes in
-    ``raw_bytes`` when it is not valid UTF-8), the reason, where it came from, and the hour of its landing file
-    (``event_hour``: the contract's file hour, from the file's name or audit record; see :func:`file_hour`). A
-    reject's bad value stays in its raw line: an absurd event time never gives it an absurd hour.
-
-    A line longer than ``max_line_bytes`` keeps only its first ``RAW_PREFIX_CHARS`` characters and a marker
-    with its length in ``raw`` (no hour is read from it): the rows never hold more than that, so the
-    rejects pass (it caches these rows) and the rejects table stay small whatever lands."""
-    from pyspark.sql import functions as F
-
-    raw, short = F.col("_raw"), fits(F.col("_raw"), stream)
-    # a line over max_line_bytes keeps its start and a marker; the landing file keeps the whole line
-    cut = F.concat(
-        F.substring(raw, 1, RAW_PREFIX_CHARS),
-        F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
-    )
-    text, exact = valid_text(F.when(short, raw).otherwise(cut))
-    return parsed.where(F.col("_error").isNotNull()).select(
-        text.alias("raw"),
-        exact.alias("raw_bytes"),
-        F.col("_error").alias("reason"),
-        F.col("_source_file").alias("source_file"),
-        file_hour(F.col("_source_file"), audit_hours).alias("event_hour"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
-        F.lit(stream.writer_id).alias("writer_id"),
-        F.lit(now).alias("rejected_at"),
-    )

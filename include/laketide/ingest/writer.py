@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.config import CommitPath, LaketideConfig, StreamConfig
+from laketide.config import EXTRA_COLUMN, CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
 from laketide.ingest import dedupe, failures, public_sink, sink
 from laketide.ingest import faultpoints as faults
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 from laketide.ingest.inspection import audit_hours
-from laketide.ingest.transforms import Validator, rejected_rows
+from laketide.ingest.rejects import rejected_rows
+from laketide.ingest.transforms import Validator
 from laketide.lake.internals import IcebergJvm, SqlitePool, batch_files, write_uncommitted
 
 log = logging.getLogger("laketide.ingest.writer")
@@ -74,6 +75,9 @@ class Staged:
     dropped: int = 0
     #: (location, newest event time in epoch microseconds) of each data file of valid rows
     highs: list[tuple[str, int]] = field(default_factory=list)
+    #: the data files of the null hour partition (rejected and blank lines, duplicates dropped): read by the rejects
+    #: pass, then deleted (never committed)
+    null_files: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> int:
@@ -165,7 +169,7 @@ class BatchWriter(PublicPath):
                     dropped = int(nulls.get(batch_field) or 0)
                     staged.dropped += dropped
                 staged.rejected += count - int(blank) - dropped
-                table.io().deleteFile(data_file.location())
+                staged.null_files.append(str(data_file.location()))
                 continue
             staged.data_files.append(data_file)
             key = summary_key(from_epoch_hours(hour))
@@ -238,6 +242,7 @@ class BatchWriter(PublicPath):
         if not commits.should_write(batch_id, events_marker):
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
+        self.validator.with_extra = events_table.schema().findField(EXTRA_COLUMN) is not None
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
@@ -253,6 +258,19 @@ class BatchWriter(PublicPath):
         finally:
             if marked is not None:
                 marked.unpersist()
+        try:
+            self._commit(batch, batch_id, staged, dropped, events_marker, files, now, (started, planned))
+        finally:
+            for location in staged.null_files:
+                staged.table.io().deleteFile(location)
+
+    def _commit(self, batch: DataFrame, batch_id: int, staged: Staged, dropped: dict[str, int],
+                events_marker: commits.Marker | None, files: commits.SourceFiles, now: datetime,
+                times: tuple[float, float]) -> None:
+        """The rejects pass (when the batch has rejects), then the fenced commit of the staged valid rows."""
+        stream = self.stream
+        started, planned = times
+        iceberg = self.iceberg(batch.sparkSession)
         if staged.dropped != sum(dropped.values()):
             raise RuntimeError(f"batch {batch_id}: {staged.dropped} duplicate rows staged, {sum(dropped.values())} "
                                "counted: the passes over the batch disagree; nothing was committed")
@@ -279,7 +297,7 @@ class BatchWriter(PublicPath):
             rejects_table = iceberg.table(f"{self.prefix}.{stream.rejects_table}")
             rejects_marker = sink.table_marker(rejects_table, stream.writer_id)
             if commits.should_write(batch_id, rejects_marker):
-                self._reject(batch, batch_id, now, files, rejected, extra, rejects_marker)
+                self._reject(batch, batch_id, now, files, staged, extra, rejects_marker)
         faults.maybe_pause("between_tables", batch_id, self.stream.name)
         published = time.monotonic()
         if dropped:
@@ -316,13 +334,16 @@ class BatchWriter(PublicPath):
         marked = dedupe.mark(rows, stream, existing).persist()
         return marked, dedupe.dropped_per_hour(marked)
 
-    def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
+    def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], staged: Staged,
                 extra: dict[str, Any], marker: commits.Marker | None) -> None:
-        """Commit the batch's rejected lines to the rejects table (a second pass over the batch), fenced like
-        the events. The rows per hour come from the written files' metadata: no row reaches the driver."""
+        """Commit the batch's rejected lines to the rejects table, fenced like the events. The lines are read from
+        the staged files of the null hour partition (``Validator.rejects_of``), not from the batch: the pass costs
+        in proportion to the rejects. The rows per hour come from the written files' metadata: no row reaches the
+        driver."""
         stream = self.stream
-        rejects = rejected_rows(self.validator.parse_lines(batch), stream, batch_id, now,
-                                audit_hours(stream.landing_path, files))
+        expected = staged.rejected
+        lines = self.validator.rejects_of(batch.sparkSession.read.parquet(*staged.null_files))
+        rejects = rejected_rows(lines, stream, batch_id, now, audit_hours(stream.landing_path, files))
         file_set = f"laketide-{stream.writer_id}-{batch_id}-rejects-{uuid.uuid4().hex[:12]}"
         jtable, written = self._write_uncommitted(rejects, stream.rejects_table, file_set)
         integer = self.iceberg(batch.sparkSession).integer
@@ -338,8 +359,8 @@ class BatchWriter(PublicPath):
         if sum(by_hour.values()) != expected:
             raise RuntimeError(
                 f"batch {batch_id}: {sum(by_hour.values())} rejected lines found, {expected} expected "
-                "(rows staged in the null hour partition): the two passes over the batch disagree; "
-                "nothing was committed"
+                "(rows staged in the null hour partition): the staged files and the rejects read from them "
+                "disagree; nothing was committed"
             )
         props = commits.summary_properties(stream.writer_id, batch_id, files, by_hour, extra)
         self._publish(jtable, data_files, props, batch_id, marker)

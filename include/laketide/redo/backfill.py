@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.config import LaketideConfig, StreamConfig
+from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
 from laketide.ingest.landing import data_dir, hidden, name_hour, published_files, read_audits
@@ -130,7 +130,7 @@ def read_lines(spark: SparkSession, stream: StreamConfig, files: Iterable[str]) 
     ``_source_file`` and ``_landed_at`` (the file's modification time)."""
     from pyspark.sql import functions as F
 
-    from laketide.ingest.transforms import LANDED_AT
+    from laketide.ingest.columns import LANDED_AT
 
     folder = data_dir(stream.landing_path)
     paths = [str(Path(folder, name)) for name in files]
@@ -177,20 +177,25 @@ def first_ingestion(events: DataFrame, rejects: DataFrame, files: Collection[str
 
 
 def parse(lines: DataFrame, stream: StreamConfig, origin: DataFrame, now: datetime,
-          file_hours: Mapping[str, str] | None = None) -> tuple[DataFrame, DataFrame]:
+          file_hours: Mapping[str, str] | None = None, with_extra: bool = False) -> tuple[DataFrame, DataFrame]:
     """The events and rejects rows of ``lines`` as the writer would write them; each row takes the batch id
     (and a reject its rejection time) of its file's first ingestion from ``origin`` (:func:`first_ingestion`).
 
-    :return: (events rows: the stream's fields, ``_source_file``, ``_batch_id``; rejects rows)
+    :param with_extra: the events table has the catch-all column ``_extra`` (the rows carry it)
+    :return: (events rows: the stream's fields, ``_source_file``, ``_batch_id`` (, ``_extra``); rejects rows)
     """
     from pyspark.sql import functions as F
 
-    from laketide.ingest.transforms import Validator, rejected_rows
+    from laketide.ingest.rejects import rejected_rows
+    from laketide.ingest.transforms import Validator
 
-    parsed = Validator(stream).parse_lines(lines)
+    validator = Validator(stream)
+    validator.with_extra = with_extra
+    parsed = validator.parse_lines(lines)
     known = F.broadcast(origin)
     events = (parsed.where(F.col("_error").isNull()).join(known, "_source_file", "left")
-              .select(*[F.col(n) for n in stream.fields], "_source_file", "_batch_id"))
+              .select(*[F.col(n) for n in stream.fields], "_source_file", "_batch_id",
+                      *([EXTRA_COLUMN] if with_extra else [])))
     rejects = rejected_rows(parsed, stream, -1, now,
                             {n: h for n, h in (file_hours or {}).items() if name_hour(n) is None})
     rejects = (rejects.join(known.withColumnRenamed("_source_file", "source_file")
@@ -236,13 +241,16 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
     now = datetime.now(UTC).replace(microsecond=0)
     if files:
         origin = first_ingestion(existing, rejects_at, files, batches_of_files(config, stream))
-        parsed, new_rejects = parse(read_lines(spark, stream, files), stream, origin, now, plan.hours)
+        parsed, new_rejects = parse(read_lines(spark, stream, files), stream, origin, now, plan.hours,
+                                    EXTRA_COLUMN in spark.table(events_name).columns)
     else:
-        parsed = existing.limit(0).select(*stream.fields, "_source_file", "_batch_id")
+        parsed = spark.table(events_name).limit(0)
         new_rejects = rejects_at.limit(0)
     ours = F.col("_source_file").isin(files) if files else F.lit(False)
     kept = existing.where(F.col("_source_file").isNull() | ~ours)
-    new_events = parsed.where(F.expr(in_range)).unionByName(kept)
+    # rows written before a schema change read at their snapshot's schema: an added column is null, a widened one
+    # is widened by the union
+    new_events = parsed.where(F.expr(in_range)).unionByName(kept, allowMissingColumns=True)
     outside = parsed.where(~F.expr(in_range)).count() if files else 0
     dropped: dict[str, int] = {}
     if stream.dedupe_on_write:  # as the writer would have: the first-ingested row of each id in its hour
