@@ -15,7 +15,15 @@ from __future__ import annotations
 from laketide.config.loading import DEFAULT_CONFIG, ENV_PREFIX, REPO_ROOT, config_path, get_config, load_config
 from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, MaintenanceConfig, TablePolicy
 from laketide.config.model import LaketideConfig, maintained_tables
-from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
+from laketide.config.sections import (
+    DEFAULT_RESOURCES,
+    ApplicationKind,
+    CatalogConfig,
+    CloseConfig,
+    ResourcesConfig,
+    SparkConfig,
+    WriterGroupConfig,
+)
 from laketide.config.streams import CommitPath, FieldSpec, FieldType, StreamConfig
 from laketide.config.values import (
     check_table_name,
@@ -28,10 +36,12 @@ from laketide.errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "DEFAULT_RESOURCES",
     "ENV_PREFIX",
     "MAINTENANCE_ACTIONS",
     "ORPHAN_AGE_FLOOR",
     "REPO_ROOT",
+    "ApplicationKind",
     "CatalogConfig",
     "CloseConfig",
     "CommitPath",
@@ -40,6 +50,7 @@ __all__ = [
     "FieldType",
     "LaketideConfig",
     "MaintenanceConfig",
+    "ResourcesConfig",
     "SparkConfig",
     "StreamConfig",
     "TablePolicy",
