@@ -54,7 +54,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def land(landing: Path, files: int, days: int) -> None:
     """``files`` one-event files with their audit records (the contract's names and records; written directly,
     without the contract's fsyncs, to land them fast), modification times spread evenly over ``days``."""
-    from laketide.ingest.landing import AUDIT_VERSION, audit_dir, audit_name, data_dir, partition_key
+    from laketide.ingest.landing import AUDIT_VERSION, audit_dir, audit_name, data_dir
+    from laketide.lake.hours import partition_key
 
     data, audits = data_dir(landing), audit_dir(landing)
     data.mkdir(parents=True)

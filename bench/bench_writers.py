@@ -77,6 +77,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from laketide.config import LaketideConfig, StreamConfig  # noqa: E402
 from laketide.ingest import landing, runner, tables, transforms, writer  # noqa: E402
+from laketide.lake.hours import partition_key  # noqa: E402
 from tests.helpers import STREAM_FIELDS, load, write_config  # noqa: E402
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def generate(landing_path: Path, events: int, files: int, stream_name: str, seed
             continue
         hour = hours[i % len(hours)]
         lines = _lines(rng, hour, count)
-        landing.publish(landing_path, lines, landing.partition_key(hour), PRODUCER, i, stream_name)
+        landing.publish(landing_path, lines, partition_key(hour), PRODUCER, i, stream_name)
         published += count
     manifest.write_text(json.dumps(wanted))
     print(f"generated {published:,} events in {files} files under {landing_path} "

@@ -93,7 +93,7 @@ for _stream in _config.streams:
 
             from laketide.close.closing import close_range, parse_hour
             from laketide.errors import RangeError
-            from laketide.ingest.landing import partition_key
+            from laketide.lake.hours import partition_key
 
             params = context["params"]
             try:

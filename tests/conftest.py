@@ -3,6 +3,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,8 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+    # a key of the length HS512 wants (Airflow generates a short one), so that the token signing is quiet
+    "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
     "TZ": "UTC",
 })
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"

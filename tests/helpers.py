@@ -151,6 +151,16 @@ def wait_for_log(config_path: Path, text: str, proc: subprocess.Popen[bytes], ti
     raise AssertionError(f"timed out waiting for {text!r} in the writer log")
 
 
+def exit_code(proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> int:
+    """The writer's exit code; a writer still running after ``timeout`` is killed and its log's end shown."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise AssertionError(f"the writer still ran after {timeout:.0f}s:\n"
+                             + log.read_text(errors="replace")[-4000:]) from None
+
+
 def writer_log(config_path: Path) -> str:
     path = config_path.parent / "writer.log"
     return path.read_text(errors="replace") if path.exists() else ""

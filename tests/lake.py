@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from laketide.config import LaketideConfig
-from laketide.ingest.landing import partition_key
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import partition_key
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import produce
 

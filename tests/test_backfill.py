@@ -22,8 +22,8 @@ import pytest
 from laketide.close.partitions import State
 from laketide.close.status import history
 from laketide.errors import ActionRequestError
-from laketide.ingest.landing import parse_partition
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import parse_partition
 from laketide.redo import backfill as bf
 from laketide.redo.overwrite import check_against_table, record_outcome, table_facts, validate_request
 from tests.helpers import load, run_writer, write_config, writer_log

@@ -46,6 +46,7 @@ def test_status_lists_the_hours_being_written_and_snapshots_the_ids(lake: Lake) 
     assert done.returncode == 0, done.stderr
     current = lake.hours[-1] + timedelta(hours=1)  # the lake's hours end just before the current hour
     assert f"{current.isoformat()}" in done.stdout and "(checked now)" in done.stdout, done.stdout
+    assert "table health" in done.stdout and "lake.clicks" in done.stdout.split("table health")[1], done.stdout
     done = run("snapshots", "--limit", "5", config=lake.config_path)
     assert done.returncode == 0, done.stderr
     current_id = load_catalog(lake.config.catalog).load_table("lake.clicks").metadata.current_snapshot_id

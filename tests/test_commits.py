@@ -105,8 +105,7 @@ def test_summary_properties_are_strings() -> None:
 
 
 def test_source_position_records_sizes_and_times_and_reads_the_old_format() -> None:
-    from laketide.ingest.landing import FileStat
-    from laketide.lake.commits import SOURCE_FILES, SOURCE_STATS, SourceFiles, ingested_files, source_position
+    from laketide.lake.commits import SOURCE_FILES, SOURCE_STATS, FileStat, SourceFiles, ingested_files, source_position
 
     files = SourceFiles({"b.jsonl": (20, 1700000000123), "a.jsonl": FileStat(10, 1700000000000)})
     assert files == ["a.jsonl", "b.jsonl"] and len(files) == 2

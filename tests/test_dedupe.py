@@ -14,9 +14,10 @@ import pytest
 
 from laketide.close.reconcile import reconcile
 from laketide.close.verify import verify_partition
-from laketide.ingest.landing import data_dir, name_hour, parse_partition, publish
+from laketide.ingest.landing import data_dir, name_hour, publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import DUPLICATES_DROPPED
+from laketide.lake.hours import parse_partition
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import START, lineage_summaries, produce
 

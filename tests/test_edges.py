@@ -35,12 +35,12 @@ from laketide.ingest.landing import (
     audit_name,
     data_dir,
     is_blank,
-    partition_key,
     publish,
     split_lines,
     tmp_dir,
 )
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import partition_key
 from tests.helpers import load, run_writer, write_config, writer_log
 
 pytestmark = pytest.mark.slow

@@ -96,5 +96,5 @@ def test_continuous_writer_killed_while_producer_runs_then_stops_gracefully(tmp_
         time.sleep(0.5)
     (stream.checkpoint_path.parent / "clicks.stop").touch()
     assert proc.wait(timeout=120) == 0, writer_log(config_path)
-    assert "stopping between batches (stop file" in writer_log(config_path)
+    assert "stops between batches (stop file" in writer_log(config_path)
     assert_exactly_once(config_path)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from laketide.lake.commits import read_checkpoint
-from tests.helpers import kill_group, load, start_writer, wait_for
+from tests.helpers import exit_code, kill_group, load, start_writer, wait_for
 from tests.pg import PgCluster
 from tests.test_writer import assert_exactly_once, landed
 
@@ -100,7 +100,7 @@ def frozen_writer_overtaken(tmp_path: Path, catalog_uri: str | None, commit_path
 
         # while A's lease is fresh, a second writer refuses at once and names A
         busy = start_writer(config_path, mode="continuous", log=log_c)
-        assert busy.wait(timeout=120) == 4, log_c.read_text(errors="replace")[-3000:]
+        assert exit_code(busy, log_c) == 4, log_c.read_text(errors="replace")[-3000:]
         assert f"process {a.pid} on host" in log_c.read_text(errors="replace")
         assert "is already running" in log_c.read_text(errors="replace")
 

@@ -19,7 +19,7 @@ from laketide.close.partitions import State
 from laketide.close.reconcile import reconcile
 from laketide.close.status import history
 from laketide.errors import RangeError
-from laketide.ingest.landing import partition_key
+from laketide.lake.hours import partition_key
 from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, write_config, writer_log
 from tests.test_writer import produce
 

@@ -60,12 +60,12 @@ def test_internal_refuses_to_start_when_the_check_fails(monkeypatch: pytest.Monk
         import ingest_stream
     finally:
         sys.path.pop(0)
-    from laketide.ingest import runner
+    from laketide.ingest import group
 
     def refuse(*_args: object) -> None:
         choose_commit_path("internal", reason)
 
-    monkeypatch.setattr(runner, "run", refuse)
+    monkeypatch.setattr(group, "run_group", refuse)
     monkeypatch.setattr(ingest_stream, "get_config", lambda: type("C", (), {"stream": lambda self, _n: None})())
     assert ingest_stream.main(["--stream", "clicks", "--mode", "incremental"]) == 2
     assert "commit_path is 'internal'" in capsys.readouterr().err

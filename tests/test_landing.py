@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from laketide.ingest import inspection, landing
+from laketide.lake import commits
+from laketide.lake.hours import parse_partition, partition_key
 
 P3 = "2026-11-22T03:00:00+00:00"
 P4 = "2026-11-22T04:00:00+00:00"
@@ -22,14 +24,14 @@ def _lines(path: Path) -> list[bytes]:
 
 
 def test_partition_key_floors_to_the_utc_hour() -> None:
-    assert landing.partition_key(datetime(2026, 11, 22, 3, 15, 7, 123000, tzinfo=UTC)) == P3
-    assert landing.partition_key(datetime(2026, 11, 22, 3, 0, tzinfo=UTC)) == P3
-    assert landing.partition_key(datetime(2026, 11, 22, 3, 59, 59, 999999, tzinfo=UTC)) == P3
+    assert partition_key(datetime(2026, 11, 22, 3, 15, 7, 123000, tzinfo=UTC)) == P3
+    assert partition_key(datetime(2026, 11, 22, 3, 0, tzinfo=UTC)) == P3
+    assert partition_key(datetime(2026, 11, 22, 3, 59, 59, 999999, tzinfo=UTC)) == P3
     # another offset is converted to UTC first: 05:30+02:00 is 03:30Z
     plus_two = timezone(timedelta(hours=2))
-    assert landing.partition_key(datetime(2026, 11, 22, 5, 30, tzinfo=plus_two)) == P3
+    assert partition_key(datetime(2026, 11, 22, 5, 30, tzinfo=plus_two)) == P3
     # naive means UTC
-    assert landing.partition_key(datetime(2026, 11, 22, 4, 1)) == P4
+    assert partition_key(datetime(2026, 11, 22, 4, 1)) == P4
     # the key is exactly isoformat() of an aware UTC hour start
     assert datetime(2026, 11, 22, 3, tzinfo=UTC).isoformat() == P3
 
@@ -39,7 +41,7 @@ def test_partition_key_floors_to_the_utc_hour() -> None:
 )
 def test_parse_partition_refuses_non_canonical_keys(bad: str) -> None:
     with pytest.raises(ValueError, match="partition key"):
-        landing.parse_partition(bad)
+        parse_partition(bad)
 
 
 def test_dirs(tmp_path: Path) -> None:
@@ -236,7 +238,7 @@ def _reasons(report: inspection.Inspection) -> dict[str, list[str]]:
 def test_inspect_a_clean_landing_zone_reports_nothing(tmp_path: Path) -> None:
     good = landing.publish(tmp_path, [_event(P3, m) for m in range(3)], P3, "p", 0, "s")
     fresh = landing.publish(tmp_path, [_event(P4)], P4, "p", 1, "s")
-    report = inspection.inspect(tmp_path, {good.name: landing.file_stat(good)}, event_time=T)
+    report = inspection.inspect(tmp_path, {good.name: commits.file_stat(good)}, event_time=T)
     assert report.findings == []
     assert report.pending == [fresh.name] and report.pending_for(P4) == [fresh.name] and report.pending_for(P3) == []
     assert report.expected() == {P3: 3, P4: 1} == landing.expected_counts(tmp_path)
@@ -314,8 +316,8 @@ def test_inspect_tells_files_changed_or_deleted_after_ingest(tmp_path: Path) -> 
     gone = landing.publish(tmp_path, [_event(P3)] * 5, P3, "p", 1, "s")
     gone_with_audit = landing.publish(tmp_path, [_event(P4)] * 7, P4, "p", 2, "s")
     old = landing.publish(tmp_path, [_event(P4)], P4, "p", 3, "s")
-    ingested: dict[str, landing.FileStat | None] = {
-        n.name: landing.file_stat(n) for n in (grown, gone, gone_with_audit)}
+    ingested: dict[str, commits.FileStat | None] = {
+        n.name: commits.file_stat(n) for n in (grown, gone, gone_with_audit)}
     ingested[old.name] = None  # recorded before sizes were: cannot be compared
     with open(grown, "ab") as handle:
         handle.write((_event(P3) + "\n").encode())

@@ -17,8 +17,10 @@ from laketide.close.reconcile import main as reconcile_main
 from laketide.close.reconcile import reconcile
 from laketide.close.verify import verify_partition
 from laketide.ingest import landing
+from laketide.lake import commits
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import SOURCE_STATS, source_position
+from laketide.lake.hours import partition_key
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import lineage_summaries, produce
 
@@ -39,7 +41,7 @@ def put(root: Path, name: str, lines: list[str], audit: dict[datetime, int] | No
     """A data file written straight into data/ (as a careless producer would), with an audit record if given."""
     if audit is not None:
         record = {"version": 1, "stream": "clicks", "file": name, "producer": "hand",
-                  "records": sum(audit.values()), "partitions": {landing.partition_key(h): n for h, n in audit.items()},
+                  "records": sum(audit.values()), "partitions": {partition_key(h): n for h, n in audit.items()},
                   "produced_at": datetime.now(UTC).isoformat()}
         (landing.audit_dir(root) / landing.audit_name(name)).write_text(json.dumps(record))
     path = landing.data_dir(root) / name
@@ -69,7 +71,7 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
     summaries = lineage_summaries(events)
     assert all(SOURCE_STATS in s for s in summaries)
     recorded = {n: st for s in summaries for n, st in source_position(s).items()}
-    assert recorded == {p.name: landing.file_stat(p) for p in landed}
+    assert recorded == {p.name: commits.file_stat(p) for p in landed}
 
     # after ingest: one file of H0 grows (the new lines are never read), one of H1 is deleted (its audit stays)
     grown, deleted = landed[0], landed[2]
@@ -111,7 +113,7 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
     counts = {p.partition: p for p in report.partitions}
     for hour in (H0, H1, H2, H3):
         result = verify_partition(config, stream, hour)
-        key = landing.partition_key(hour)
+        key = partition_key(hour)
         assert (result.audit, result.lake, result.rejects) == (counts[key].audit, counts[key].lake,
                                                               counts[key].rejects), key
         for finding in report.findings:
@@ -131,8 +133,8 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
             assert not result.success and result.pending_files == 0
 
     # H0's counts match (the appended lines are in neither count): only the report tells
-    assert counts[landing.partition_key(H0)].ok
-    assert counts[landing.partition_key(H3)].lake == 2 and counts[landing.partition_key(H3)].audit == 0
+    assert counts[partition_key(H0)].ok
+    assert counts[partition_key(H3)].lake == 2 and counts[partition_key(H3)].audit == 0
 
     # the command-line report names every file with its reason
     monkeypatch.setenv("LAKETIDE_CONFIG", str(config_path))

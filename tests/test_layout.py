@@ -1,4 +1,5 @@
-"""The package layout of issue 11: one exceptions module, development tools behind a zero-cost guard."""
+"""The package layout: one exceptions module, stage packages that import downward only, development tools behind a
+zero-cost guard."""
 
 from __future__ import annotations
 
@@ -54,6 +55,46 @@ def test_production_code_does_not_import_development_tools() -> None:
         if (imports := _top_level_dev_imports(path))
     }
     assert offenders == {}, offenders
+
+
+#: the stages, lowest first; a module may import its own stage and the ones below it (maintain and redo are peers
+#: that do not import each other). ``dev`` is development tooling above everything.
+STAGES = {"errors": 0, "logs": 0, "config": 1, "notify": 2, "lake": 3, "ingest": 4, "close": 5, "maintain": 6,
+          "redo": 6, "airflow": 7, "cli": 8, "dev": 9}
+
+
+def _runtime_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """The ``laketide.*`` modules a module imports when it runs (at any depth; not under ``if TYPE_CHECKING``)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _name(node.test) == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("laketide."):
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("laketide."))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_stage_packages_import_downward_only() -> None:
+    """config -> lake -> ingest -> close -> maintain/redo -> airflow: an import that runs back up (or between the
+    peers maintain and redo) is a seam in the wrong place. The one exception is the fault-point guard, which loads
+    ``laketide.dev.faults`` only when a fault is armed (see the test below)."""
+    upward = []
+    for path in _modules():
+        stage = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        for line, module in _runtime_imports(ast.parse(path.read_text())):
+            other = module.split(".")[1]
+            if other == stage or (path.name == "faultpoints.py" and module == "laketide.dev"):
+                continue
+            if STAGES[other] >= STAGES[stage]:
+                upward.append(f"{path.relative_to(PACKAGE)}:{line} imports {module}")
+    assert upward == [], "\n".join(upward)
 
 
 def _imported_after(code: str, **env: str) -> set[str]:

@@ -32,9 +32,10 @@ from laketide.close.status import StatusRecord, record
 from laketide.config import LaketideConfig
 from laketide.dev.producer import make_event
 from laketide.errors import ConfigError, UnsafeOrphanAgeError
-from laketide.ingest.landing import parse_partition, publish
+from laketide.ingest.landing import publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import table_marker
+from laketide.lake.hours import hour_ranges, hours_filter, parse_partition
 from laketide.maintain import plan
 from laketide.maintain.health import file_counts, format_health, health
 from laketide.maintain.job import Maintainer
@@ -120,11 +121,10 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert catalog.load_table(EVENTS).metadata_location == location
 
     # one maintenance run per table: a table another run holds is skipped, and said so
-    from laketide.lake.lease import WriterLease, engine_for
-    from laketide.maintain.job import LEASE_PREFIX
+    from laketide.lake.lease import MAINTENANCE_PREFIX, WriterLease, engine_for
     from laketide.maintain.record import BUSY
 
-    other = WriterLease(engine_for(config.catalog), LEASE_PREFIX + EVENTS, timedelta(hours=1), "maintenance")
+    other = WriterLease(engine_for(config.catalog), MAINTENANCE_PREFIX + EVENTS, timedelta(hours=1), "maintenance")
     other.acquire()
     (busy,) = maintain(config, spark, EVENTS, "rewrite_data_files")
     other.release()
@@ -449,8 +449,8 @@ def test_small_file_threshold_counts_closed_hours_only() -> None:
 def test_compaction_plan() -> None:
     h = [datetime(2026, 11, 22, i, tzinfo=UTC) for i in range(6)]
     assert plan.hours_to_compact([h[0], h[1], h[3]], {h[0]: 5, h[1]: 1, h[2]: 9, h[3]: 2}, 2) == [h[0], h[3]]
-    assert plan.hour_ranges([h[3], h[0], h[1]]) == [(h[0], h[2]), (h[3], h[4])]
-    assert plan.compaction_filter("event_time", [h[0], h[1]]) == (
+    assert hour_ranges([h[3], h[0], h[1]]) == [(h[0], h[2]), (h[3], h[4])]
+    assert hours_filter("event_time", [h[0], h[1]]) == (
         "(`event_time` >= TIMESTAMP '2026-11-22 00:00:00.000' AND `event_time` < TIMESTAMP '2026-11-22 02:00:00.000')")
     statuses = {h[0]: StatusRecord("clicks", h[0], State.CLOSED), h[1]: StatusRecord("clicks", h[1], State.REOPENED)}
     assert plan.closed_hours(statuses) == [h[0]]

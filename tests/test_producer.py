@@ -19,6 +19,7 @@ import pytest
 from laketide.config import LaketideConfig, StreamConfig, load_config
 from laketide.dev import producer
 from laketide.ingest import landing
+from laketide.lake.hours import partition_key
 
 CONFIG = """
 home: {home}
@@ -169,7 +170,7 @@ def check_landing_zone(stream: StreamConfig, landing_path: Path) -> dict[str, in
         for raw in lines:
             if problem(stream, raw) is None:
                 event_time = datetime.fromisoformat(json.loads(raw)[stream.event_time_field])
-                assert landing.partition_key(event_time) == partition
+                assert partition_key(event_time) == partition
         seen[partition] += len(lines)
     assert landing.expected_counts(landing_path) == dict(seen)
     return dict(seen)
@@ -249,7 +250,7 @@ def test_backfill_publishes_one_partition_per_file_with_audits(clicks: StreamCon
         clicks, start=START, hours=5, events_per_hour=730, events_per_file=200, landing_path=out, seed=7
     )
     seen = check_landing_zone(clicks, out)
-    hours = [landing.partition_key(START + timedelta(hours=h)) for h in range(5)]
+    hours = [partition_key(START + timedelta(hours=h)) for h in range(5)]
     assert seen == {h: 730 for h in hours}
     assert summary.partitions == seen
     assert summary.records == 5 * 730
@@ -285,14 +286,14 @@ def test_quiet_hours_produce_no_files(clicks: StreamConfig, tmp_path: Path) -> N
         faults=producer.Faults(late_ratio=0.5, late_by=timedelta(hours=2), malformed_ratio=0.05),
     )
     seen = check_landing_zone(clicks, out)
-    quiet = {landing.partition_key(START + timedelta(hours=h)) for h in (2, 5)}
+    quiet = {partition_key(START + timedelta(hours=h)) for h in (2, 5)}
     assert not quiet & set(seen)
     for h in (2, 5):
         prefix = (START + timedelta(hours=h)).strftime("%Y%m%dT%H")
         assert not list(landing.data_dir(out).glob(prefix + "-*"))
     assert len(seen) == 4
     assert summary.records == 4 * 300
-    assert min(seen) == landing.partition_key(START), "no late event falls before --start"
+    assert min(seen) == partition_key(START), "no late event falls before --start"
 
 
 def test_late_events_land_in_files_of_the_earlier_hour(clicks: StreamConfig, tmp_path: Path) -> None:
@@ -374,7 +375,7 @@ def test_main_backfill(config_path: Path, tmp_path: Path, capsys: pytest.Capture
     summary = capsys.readouterr().out.strip()
     assert len(summary.splitlines()) == 1
     assert "stream=clicks" in summary and "producer=cli" in summary and "records=240" in summary
-    assert "malformed=" in summary and landing.partition_key(START) in summary
+    assert "malformed=" in summary and partition_key(START) in summary
     seen = check_landing_zone(load_config(config_path, environ={}).stream("clicks"), out)
     assert sum(seen.values()) == 240
     assert all(f.name.split("-")[1] == "cli" for f in _files(out))

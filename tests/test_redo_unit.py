@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from laketide.errors import CheckpointFormatError, RequestError
-from laketide.ingest.landing import FileStat
-from laketide.lake.commits import BATCH_ID, SOURCE_FILES, SOURCE_STATS, WRITER_ID
+from laketide.lake.commits import BATCH_ID, SOURCE_FILES, SOURCE_STATS, WRITER_ID, FileStat
 from laketide.redo import checkpoint
 from laketide.redo.params import (
     HourRange,

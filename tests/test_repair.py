@@ -20,8 +20,9 @@ from laketide.close.reconcile import reconcile
 from laketide.close.status import history
 from laketide.close.verify import verify_partition
 from laketide.errors import ActionRequestError
-from laketide.ingest.landing import data_dir, name_hour, parse_partition, publish
+from laketide.ingest.landing import data_dir, name_hour, publish
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import parse_partition
 from laketide.redo import repair as rp
 from laketide.redo.overwrite import check_against_table, record_outcome, table_facts, validate_request
 from tests.helpers import load, run_writer, write_config, writer_log

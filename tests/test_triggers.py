@@ -11,7 +11,7 @@ import pytest
 
 from laketide.airflow.triggers import PartitionCompletionTrigger
 from laketide.close.partitions import State
-from laketide.ingest.landing import partition_key
+from laketide.lake.hours import partition_key
 from tests.helpers import load
 from tests.lake import Lake
 

@@ -21,8 +21,9 @@ from laketide.close.reconcile import reconcile
 from laketide.close.verify import Verification, partition_filter, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
-from laketide.ingest.landing import expected_counts, parse_partition
+from laketide.ingest.landing import expected_counts
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import parse_partition
 from tests.helpers import load, run_writer, write_config, writer_log
 from tests.test_writer import landed, produce
 

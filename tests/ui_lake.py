@@ -20,7 +20,7 @@ from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
 from laketide.config import LaketideConfig
 from laketide.dev.commits import commit_files, land
-from laketide.ingest.landing import partition_key
+from laketide.lake.hours import partition_key
 from tests.helpers import load, write_config
 
 #: what the board must show for each hour offset from the current hour

@@ -61,7 +61,15 @@ def trigger(config: LaketideConfig, dag_id: str, conf: dict[str, Any]) -> int:
 def _status(config: LaketideConfig, args: argparse.Namespace) -> int:
     from laketide.close import status
 
-    return status.main([*(["--stream", args.stream] if args.stream else []), *(["--all"] if args.all else [])])
+    code = status.main([*(["--stream", args.stream] if args.stream else []), *(["--all"] if args.all else [])])
+    if code == 0 and not args.stream and not args.all:  # the overview: each table's health too
+        from laketide.maintain.health import format_health, health
+
+        tables = health(config)
+        if tables:
+            print(f"table health (last maintenance: {config.maintenance.record_table})")
+            print("\n".join(format_health(tables)))
+    return code
 
 
 def _reconcile(config: LaketideConfig, args: argparse.Namespace) -> int:

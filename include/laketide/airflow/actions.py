@@ -49,11 +49,13 @@ def hour_range_action_dag(action: Kind, *, description: str, doc_md: str | None,
             """Check every param before Spark starts (a bad request is not retried and changes nothing)."""
             from airflow.sdk.exceptions import AirflowFailException
 
+            from laketide.airflow.hooks import airflow_config
             from laketide.errors import ActionRequestError
             from laketide.redo.cli import check_params
 
             try:
-                return check_params(action, dict(context["params"]), context["dag_run"].triggering_user_name)
+                return check_params(airflow_config(), action, dict(context["params"]),
+                                    context["dag_run"].triggering_user_name)
             except ActionRequestError as exc:
                 raise AirflowFailException(f"{action} refused: {exc}") from exc
 

@@ -8,8 +8,8 @@ from typing import Any
 from laketide.close.closing import parse_hour
 from laketide.close.verify import partition_filter
 from laketide.config import LaketideConfig
-from laketide.ingest.landing import partition_key
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import partition_key
 
 
 def hourly_summary(config: LaketideConfig, stream_name: str, partition: str) -> dict[str, Any]:

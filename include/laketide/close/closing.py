@@ -21,7 +21,7 @@ from laketide.close.status import StatusRecord, history, record
 from laketide.close.verify import Verification, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import RangeError, RangeNotDecided, VerificationFailed
-from laketide.ingest.landing import HOUR, hour_start, parse_partition, partition_key
+from laketide.lake.hours import HOUR, hour_start, parse_partition, partition_key
 
 
 def parse_hour(value: str | datetime) -> datetime:

@@ -18,9 +18,9 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import TableNotFoundError
 from laketide.ingest.backlog import uncommitted
 from laketide.ingest.inspection import Landed, landed_files
-from laketide.ingest.landing import HOUR, from_epoch_hours, hour_start, partition_key
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import AHEAD_OF_CLOCK, PARTITION_ROWS, WATERMARK, WRITER_ID
+from laketide.lake.hours import HOUR, from_epoch_hours, hour_start, partition_key
 from laketide.lake.snapshots import Snap, lineage
 
 

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError
 from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
-from laketide.ingest.landing import FileStat, partition_key, read_audits
+from laketide.ingest.landing import read_audits
 from laketide.lake.catalog import load_stream_table
-from laketide.lake.commits import duplicates_removed, ingested_files
+from laketide.lake.commits import FileStat, duplicates_removed, ingested_files
+from laketide.lake.hours import partition_key
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

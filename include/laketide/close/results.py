@@ -100,7 +100,7 @@ class VerifiedPartition:
 
     @classmethod
     def from_verification(cls, verification: Verification) -> VerifiedPartition:
-        from laketide.ingest.landing import partition_key
+        from laketide.lake.hours import partition_key
 
         return cls(partition_key(verification.partition), verification.audit, verification.lake,
                    verification.rejects, verification.snapshot_id, str(verification.results_path),

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from laketide.close.partitions import PartitionStatus, State
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError, StatusRecordError
-from laketide.ingest.landing import HOUR, hour_start
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import HOUR, hour_start
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -346,13 +346,6 @@ def main(argv: list[str] | None = None) -> int:
                     if not records:
                         print("\n".join(format_table([])))
                     print("\n".join(format_live(live)))
-        if not args.stream and not args.all:  # the overview: add each table's health
-            from laketide.maintain.health import format_health, health
-
-            tables = health(config)
-            if tables:
-                print(f"table health (last maintenance: {config.maintenance.record_table})")
-                print("\n".join(format_health(tables)))
     except LaketideError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -31,9 +31,10 @@ from laketide.close.results import balance
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
 from laketide.ingest.inspection import inspect
-from laketide.ingest.landing import HOUR, hour_start, partition_key, read_audits
+from laketide.ingest.landing import read_audits
 from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import duplicates_removed
+from laketide.lake.hours import HOUR, hour_start, partition_key
 from laketide.logs import quiet_libraries
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.landing import file_stat, hour_start, partition_key, publish
+from laketide.ingest.landing import publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import (
     MAX_EVENT_TIME,
@@ -25,9 +25,11 @@ from laketide.lake.commits import (
     VALID_ROWS,
     WATERMARK,
     SourceFiles,
+    file_stat,
     summary_properties,
     table_marker,
 )
+from laketide.lake.hours import hour_start, partition_key
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from laketide.config import StreamConfig
-from laketide.ingest import landing
+from laketide.lake.hours import partition_key
 
 #: every kind of bad line the producer can write (see :func:`make_malformed`)
 MALFORMED_KINDS = (
@@ -69,7 +69,7 @@ def format_time(dt: datetime) -> str:
 
 def hour_floor(dt: datetime) -> datetime:
     """The UTC hour start of ``dt`` (naive means UTC)."""
-    return datetime.fromisoformat(landing.partition_key(dt))
+    return datetime.fromisoformat(partition_key(dt))
 
 
 def make_value(name: str, field_type: str, rng: random.Random, event_time: datetime) -> Any:
@@ -264,10 +264,10 @@ def make_line(
     if faults.late_ratio and faults.late_by and rng.random() < faults.late_ratio:
         late_ms = max(1, int(faults.late_by.total_seconds() * 1000))
         candidate = event_time - timedelta(milliseconds=rng.randint(1, late_ms))
-        if (earliest is None or candidate >= earliest) and landing.partition_key(candidate) not in quiet:
+        if (earliest is None or candidate >= earliest) and partition_key(candidate) not in quiet:
             event_time, late = candidate, True
     if faults.malformed_ratio and rng.random() < faults.malformed_ratio:
         kind, raw = make_malformed(stream, rng, event_time)
-        return Line(landing.partition_key(event_time), raw, kind, late)
+        return Line(partition_key(event_time), raw, kind, late)
     event = make_event(stream, rng, event_time, omit_ratio=faults.omit_ratio)
-    return Line(landing.partition_key(event_time), encode_event(event), None, late)
+    return Line(partition_key(event_time), encode_event(event), None, late)

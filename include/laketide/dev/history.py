@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from laketide.ingest.landing import partition_key
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import (
     BATCH_ID,
@@ -34,6 +33,7 @@ from laketide.lake.commits import (
     WATERMARK,
     WRITER_ID,
 )
+from laketide.lake.hours import partition_key
 from laketide.lake.internals import direct_executor, gateway
 
 if TYPE_CHECKING:

@@ -52,6 +52,7 @@ from laketide.dev.events import (
 from laketide.dev.producer_args import _check_mode_options, _default_producer_id, build_parser
 from laketide.errors import LaketideError
 from laketide.ingest import landing
+from laketide.lake.hours import partition_key
 
 log = logging.getLogger("laketide.dev.producer")
 
@@ -192,7 +193,7 @@ def backfill(
     bad = [h for h in quiet_hours if not 0 <= h < hours]
     if bad:
         raise ValueError(f"quiet hours {bad} are outside 0..{hours - 1}")
-    quiet = frozenset(landing.partition_key(start + timedelta(hours=h)) for h in quiet_hours)
+    quiet = frozenset(partition_key(start + timedelta(hours=h)) for h in quiet_hours)
     faults = faults or Faults()
     path = Path(landing_path or stream.landing_path)
     rng = random.Random(seed)
@@ -209,7 +210,7 @@ def backfill(
             )
             for ms in arrivals
         ]
-        current = landing.partition_key(hour_start)
+        current = partition_key(hour_start)
         groups = _lines_by_partition(lines)
         # the hour's own files first, then late files for earlier hours (they arrive after newer data)
         for partition in sorted(groups, key=lambda p: (p != current, p)):

@@ -26,7 +26,7 @@ HOUR_KEY = "_hour_key"
 
 
 def hour_key(column: Column) -> Column:
-    """The partition key (``landing.partition_key``) of a timestamp column, as a Spark column (session time zone
+    """The partition key (``partition_key``) of a timestamp column, as a Spark column (session time zone
     UTC): ``2026-11-22T03:00:00+00:00``."""
     from pyspark.sql import functions as F
 

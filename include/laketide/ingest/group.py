@@ -249,6 +249,14 @@ class Application:
         previous = {s: signal.signal(s, lambda signum, _f: self.stopping.append(signal.Signals(signum).name))
                     for s in (signal.SIGTERM, signal.SIGINT)}
         try:
+            for w in self.writers:  # a stream another live writer holds waits; none left: no JVM is started
+                if w.stream.name not in self.given:
+                    try:
+                        w.lease.check()
+                    except WriterBusyError as exc:
+                        self._wait(w, exc)
+            if not any(w.state == "starting" for w in self.writers):
+                return self.writers
             self.prepare()
             for w in self.writers:
                 if w.state == "starting":

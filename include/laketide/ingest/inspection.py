@@ -22,20 +22,19 @@ from typing import Any
 
 from laketide.ingest.landing import (
     DATA_SUFFIX,
-    FileStat,
     _check_audit,
     _load_audits,
     audit_dir,
     audit_name,
     data_dir,
     expected_totals,
-    file_stat,
     hidden,
     is_blank,
     name_hour,
-    partition_key,
     split_lines,
 )
+from laketide.lake.commits import FileStat, file_stat
+from laketide.lake.hours import partition_key
 
 
 class Reason(StrEnum):

@@ -24,10 +24,11 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from laketide.lake.hours import parse_partition
 
 log = logging.getLogger(__name__)
 
@@ -40,55 +41,6 @@ FILE_NAME = re.compile(
 )
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _AUDIT_KEYS = ("version", "stream", "file", "producer", "records", "partitions", "produced_at")
-
-
-def partition_key(dt: datetime) -> str:
-    """The partition of an event time: its UTC hour start, e.g. ``2026-11-22T03:00:00+00:00``.
-
-    A naive datetime is taken to be UTC already.
-    """
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).replace(minute=0, second=0, microsecond=0).isoformat()
-
-
-#: the period of a partition
-HOUR = timedelta(hours=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def from_epoch_hours(hours: int) -> datetime:
-    """The hour start of an Iceberg ``hours`` transform value (hours since the Unix epoch)."""
-    return EPOCH + hours * HOUR
-
-
-def hour_start(value: datetime) -> datetime:
-    """``value`` as a partition start: a timezone-aware datetime at a UTC hour start, returned in UTC.
-
-    :raises ValueError: naive, or not the start of an hour
-    """
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"partition must be a timezone-aware datetime (a UTC hour start), got {value!r}")
-    start = value.astimezone(UTC)
-    if start != start.replace(minute=0, second=0, microsecond=0):
-        raise ValueError(f"partition {start.isoformat()} is not the start of an hour (a UTC hour start)")
-    return start
-
-
-def parse_partition(partition: str) -> datetime:
-    """Parse a partition key back into an aware UTC datetime; raise ValueError if it is not canonical."""
-    try:
-        dt = datetime.fromisoformat(partition)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"not a partition key: {partition!r} (expected e.g. '2026-11-22T03:00:00+00:00')"
-        ) from None
-    if dt.tzinfo is None or partition_key(dt) != partition:
-        raise ValueError(
-            f"not a partition key: {partition!r} (must be a UTC hour start written exactly like "
-            "'2026-11-22T03:00:00+00:00')"
-        )
-    return dt
 
 
 def data_dir(landing_path: str | Path) -> Path:
@@ -341,19 +293,6 @@ def expected_totals(
     (``published``, hidden and empty ones included) or that the writer ingested (``ingested``, even when
     deleted since)."""
     return partition_totals(audits, set(published) | set(ingested))
-
-
-@dataclass(frozen=True)
-class FileStat:
-    """Size and modification time (ms since the epoch) of a landing file, as the writer recorded them."""
-
-    size: int
-    mtime_ms: int
-
-
-def file_stat(path: Path) -> FileStat:
-    st = path.stat()
-    return FileStat(st.st_size, st.st_mtime_ns // 1_000_000)
 
 
 def hidden(name: str) -> bool:

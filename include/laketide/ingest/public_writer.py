@@ -15,7 +15,6 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import public_sink
 from laketide.ingest.inspection import audit_hours
-from laketide.ingest.landing import from_epoch_hours
 from laketide.ingest.summary import (
     MICROS_PER_HOUR,
     _from_micros,
@@ -27,6 +26,7 @@ from laketide.ingest.summary import (
 )
 from laketide.ingest.transforms import LANDED_AT, SOURCE_SIZE, Validator, rejected_rows
 from laketide.lake import commits
+from laketide.lake.hours import from_epoch_hours
 from laketide.lake.internals import SqlitePool
 
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from laketide.ingest.landing import EPOCH, FILE_NAME, partition_key
+from laketide.ingest.landing import FILE_NAME
+from laketide.lake.hours import EPOCH, partition_key
 
 if TYPE_CHECKING:
     from laketide.config import StreamConfig
@@ -24,7 +25,7 @@ def _utc(value: datetime) -> datetime:
 
 
 def summary_key(hour: datetime | None) -> str:
-    """Partition key of an hour in summaries (``landing.partition_key``), or 'unknown'."""
+    """Partition key of an hour in summaries (``partition_key``), or 'unknown'."""
     return "unknown" if hour is None else partition_key(_utc(hour))
 
 

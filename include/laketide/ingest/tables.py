@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest.transforms import spark_type
-from laketide.maintain.plan import COMMIT_RETRY_PROPERTIES
+from laketide.lake.catalog import COMMIT_RETRY_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -21,10 +21,10 @@ from laketide.config import CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
 from laketide.ingest import dedupe, failures, public_sink, sink
 from laketide.ingest import faultpoints as faults
-from laketide.ingest.landing import from_epoch_hours
 from laketide.ingest.public_writer import PublicPath
 from laketide.ingest.summary import _from_micros, _iso, _utc, ahead_of_clock, summary_key, warn_ahead, watermark_after
 from laketide.lake import commits
+from laketide.lake.hours import from_epoch_hours
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -302,7 +302,7 @@ class BatchWriter(PublicPath):
         count of duplicates per hour."""
         from pyspark.sql import functions as F
 
-        from laketide.maintain.plan import compaction_filter
+        from laketide.lake.hours import hours_filter
 
         stream = self.stream
         spark = rows.sparkSession
@@ -312,7 +312,7 @@ class BatchWriter(PublicPath):
         if snapshot is not None and hours:
             existing = (spark.read.option("snapshot-id", str(snapshot.snapshotId()))
                         .table(f"{self.prefix}.{stream.table}")
-                        .where(F.expr(compaction_filter(stream.event_time_field, hours))))
+                        .where(F.expr(hours_filter(stream.event_time_field, hours))))
         marked = dedupe.mark(rows, stream, existing).persist()
         return marked, dedupe.dropped_per_hour(marked)
 

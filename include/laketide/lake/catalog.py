@@ -18,6 +18,20 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
 
+#: table properties of the streaming tables (events, rejects), set deliberately. They govern Iceberg's own
+#: commit retries, i.e. the maintenance commits (rewrite_data_files, rewrite_manifests, expire_snapshots) that
+#: race the live writer: a lost compare-and-swap is retried on the refreshed table (the writer's appends never
+#: conflict with a rewrite, they only move the table on), up to 20 times within 10 minutes, then the action gives
+#: up and is recorded as such. The writer's own commit does not use them: it is one fenced compare-and-swap per
+#: attempt with its own back-off until ``catalog.retry_timeout`` (``laketide.ingest.sink.publish``), so it always wins
+#: in the end.
+COMMIT_RETRY_PROPERTIES = {
+    "commit.retry.num-retries": "20",
+    "commit.retry.min-wait-ms": "100",
+    "commit.retry.max-wait-ms": "5000",
+    "commit.retry.total-timeout-ms": "600000",
+}
+
 SQLITE_JDBC_PARAMS = "journal_mode=WAL&busy_timeout=30000"
 
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laketide.errors import CheckpointMismatchError
-from laketide.ingest.landing import FileStat
 from laketide.lake.snapshots import Snap, lineage
 
 if TYPE_CHECKING:
@@ -53,6 +52,20 @@ REJECTED_ROWS = "laketide.rejected-rows"
 REDO_ID = "laketide.redo-id"
 REDO_HINT = ("See docs/operations.md (checkpoint and table disagree): redo from a snapshot with the "
              "laketide_redo DAG, or reset the checkpoint and writer id deliberately.")
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """Size and modification time (ms since the epoch) of a landing file, as the writer recorded them."""
+
+    size: int
+    mtime_ms: int
+
+
+def file_stat(path: Path) -> FileStat:
+    st = path.stat()
+    return FileStat(st.st_size, st.st_mtime_ns // 1_000_000)
+
 
 
 @dataclass(frozen=True)

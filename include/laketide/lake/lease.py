@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.lake.lease")
 TABLE = "laketide_writer_leases"
+#: the lease maintenance holds on a table while it rewrites it (``maintain:<table>``); a redo holds it too
+MAINTENANCE_PREFIX = "maintain:"
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,26 @@ class WriterLease:
             row = conn.execute(select(self.table).where(self.table.c.writer_id == self.writer_id)).mappings().first()
         return None if row is None else Holder(**dict(row))
 
+    def check(self) -> None:
+        """Raise :class:`WriterBusyError` when a live writer holds the lease (reads only: a writer refused this way
+        has not started Spark, nor touched the catalog's tables)."""
+        from sqlalchemy import inspect
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            holder = self.holder() if inspect(self.engine).has_table(TABLE) else None
+        except SQLAlchemyError:  # the catalog is unreachable: taking the lease later waits for it and says so
+            return
+        now = time.time()
+        if holder is not None and self._takeable(holder, now) is None:
+            raise self._busy(holder, now)
+
+    def _busy(self, holder: Holder, now: float) -> WriterBusyError:
+        return WriterBusyError(
+            f"writer {self.writer_id!r} is already running: {holder.describe(now)}. Two writers of one stream "
+            f"would race for every batch, so this one does not start. {self.hint}".rstrip()
+        )
+
     def _takeable(self, holder: Holder, now: float) -> str | None:
         """Why ``holder``'s lease may be taken over, or None while it is live."""
         if holder.owner == self.owner:
@@ -167,10 +189,7 @@ class WriterLease:
             else:
                 why = self._takeable(holder, now)
                 if why is None:
-                    raise WriterBusyError(
-                        f"writer {self.writer_id!r} is already running: {holder.describe(now)}. Two writers of one "
-                        f"stream would race for every batch, so this one does not start. {self.hint}".rstrip()
-                    )
+                    raise self._busy(holder, now)
                 taken = conn.execute(
                     update(self.table)
                     .where(self.table.c.writer_id == self.writer_id, self.table.c.owner == holder.owner,

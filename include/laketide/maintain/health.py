@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig
-from laketide.ingest.landing import from_epoch_hours
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import from_epoch_hours
 from laketide.lake.snapshots import Snap
 from laketide.maintain.plan import SMALL_FILE_SHARE
 

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import LaketideConfig, TablePolicy
 from laketide.errors import GaveUp, WriterBusyError
 from laketide.ingest import sink
-from laketide.ingest.landing import partition_key
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import COMMIT_RETRY_PROPERTIES, load_catalog
+from laketide.lake.hours import hours_filter, partition_key, timestamp_literal
 from laketide.lake.internals import reopen_sqlite_connections
-from laketide.lake.lease import WriterLease, engine_for
+from laketide.lake.lease import MAINTENANCE_PREFIX, WriterLease, engine_for
 from laketide.maintain import plan
 from laketide.maintain.health import file_counts, snaps, table_stats
 from laketide.maintain.record import BUSY, MaintenanceRecord, record
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("laketide.maintain")
-LEASE_PREFIX = "maintain:"
 
 
 class Maintainer:
@@ -87,7 +86,8 @@ class Maintainer:
                 log.info("%s does not exist yet: nothing to maintain", target.table)
                 return []
         self._engine = self._engine or engine_for(self.config.catalog)
-        lease = WriterLease(self._engine, LEASE_PREFIX + target.table, self.config.maintenance.lease, "maintenance")
+        lease = WriterLease(self._engine, MAINTENANCE_PREFIX + target.table, self.config.maintenance.lease,
+                            "maintenance")
         try:
             lease.acquire()
         except WriterBusyError:
@@ -164,9 +164,9 @@ class Maintainer:
         rec.manifests_after, rec.snapshots_after = stats.manifests, stats.snapshots
 
     def ensure_properties(self, target: plan.Target) -> None:
-        """Set the commit-retry properties of a streaming table when they differ (``plan.COMMIT_RETRY_PROPERTIES``)."""
+        """Set the commit-retry properties of a streaming table when they differ (``COMMIT_RETRY_PROPERTIES``)."""
         current = self._load(target.table).properties
-        missing = {k: v for k, v in plan.COMMIT_RETRY_PROPERTIES.items() if current.get(k) != v}
+        missing = {k: v for k, v in COMMIT_RETRY_PROPERTIES.items() if current.get(k) != v}
         if missing:
             props = ", ".join(f"'{k}'='{v}'" for k, v in missing.items())
             self.spark.sql(f"ALTER TABLE {self.cat}.{target.table} SET TBLPROPERTIES ({props})")
@@ -195,7 +195,7 @@ class Maintainer:
                 rec.files_after, rec.bytes_after = rec.files_before, rec.bytes_before
                 return
             rec.detail = f"{len(hours)} closed hours, {in_hours} files in them"
-            where = f', where => "{plan.compaction_filter(column, hours)}"'
+            where = f', where => "{hours_filter(column, hours)}"'
         elif (rec.files_before or 0) < policy.min_input_files:
             rec.outcome, rec.detail = "skipped", f"{rec.files_before} data files"
             return
@@ -250,7 +250,7 @@ class Maintainer:
         expiry = plan.plan_expiry(snaps(table), table.metadata.current_snapshot_id, self.now(),
                                   policy.snapshot_retention, policy.min_snapshots)
         kept = ", ".join(f"{w}: {s}" for w, s in sorted(expiry.protected.items()))
-        rec.detail = (f"older than {plan.timestamp_literal(expiry.older_than_ms)[11:-1]}, retain last "
+        rec.detail = (f"older than {timestamp_literal(expiry.older_than_ms)[11:-1]}, retain last "
                       f"{expiry.retain_last}; writer markers kept: {kept or 'none'}")
         rec.snapshots_expired = len(expiry.expired)
         if not expiry.expired:
@@ -261,7 +261,7 @@ class Maintainer:
             return
         before = table_stats(table).snapshot_ids
         (row,) = self._call("expire_snapshots", f"table => '{self._qualified(target.table)}', older_than => "
-                            f"{plan.timestamp_literal(expiry.older_than_ms)}, retain_last => {expiry.retain_last}")
+                            f"{timestamp_literal(expiry.older_than_ms)}, retain_last => {expiry.retain_last}")
         after_table = self._load(target.table)
         after = table_stats(after_table)
         self._after(rec, target.table)
@@ -288,7 +288,7 @@ class Maintainer:
         self._before(rec, table)
         older_than = int((self.now() - age).timestamp() * 1000)
         rows = self._call("remove_orphan_files", f"table => '{self._qualified(target.table)}', older_than => "
-                          f"{plan.timestamp_literal(older_than)}, dry_run => {'true' if rec.dry_run else 'false'}")
+                          f"{timestamp_literal(older_than)}, dry_run => {'true' if rec.dry_run else 'false'}")
         found = [r["orphan_file_location"] for r in rows]
         rec.orphans_found = len(found)
         rec.orphans_removed = 0 if rec.dry_run else len(found)
@@ -305,7 +305,7 @@ def _human(value: timedelta) -> str:
 
 def file_counts_hours(partitions_json: str) -> list[datetime]:
     """The hours of a record's ``partitions`` (JSON list of partition keys)."""
-    from laketide.ingest.landing import parse_partition
+    from laketide.lake.hours import parse_partition
 
     return [parse_partition(k) for k in json.loads(partitions_json)]
 

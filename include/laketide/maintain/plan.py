@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from laketide.close.partitions import State
 from laketide.config import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, LaketideConfig, TablePolicy, maintained_tables
 from laketide.errors import MaintenanceRequestError, UnsafeOrphanAgeError
-from laketide.ingest.landing import HOUR, hour_start
 from laketide.lake.commits import BATCH_ID, WRITER_ID
 from laketide.lake.snapshots import Snap
 
@@ -25,19 +24,6 @@ if TYPE_CHECKING:
     from laketide.close.status import StatusRecord
     from laketide.config import StreamConfig
 
-#: table properties of the streaming tables (events, rejects), set deliberately. They govern Iceberg's own
-#: commit retries, i.e. the maintenance commits (rewrite_data_files, rewrite_manifests, expire_snapshots) that
-#: race the live writer: a lost compare-and-swap is retried on the refreshed table (the writer's appends never
-#: conflict with a rewrite, they only move the table on), up to 20 times within 10 minutes, then the action gives
-#: up and is recorded as such. The writer's own commit does not use them: it is one fenced compare-and-swap per
-#: attempt with its own back-off until ``catalog.retry_timeout`` (``laketide.ingest.sink.publish``), so it always wins
-#: in the end.
-COMMIT_RETRY_PROPERTIES = {
-    "commit.retry.num-retries": "20",
-    "commit.retry.min-wait-ms": "100",
-    "commit.retry.max-wait-ms": "5000",
-    "commit.retry.total-timeout-ms": "600000",
-}
 
 Kind = Literal["events", "rejects", "status", "record"]
 ALL = "all"
@@ -135,36 +121,6 @@ def hours_to_compact(closed: Iterable[datetime], file_counts: Mapping[datetime, 
     """Closed hours holding at least ``min_files`` data files (an hour compacted before has one or two: skipped,
     so a run is idempotent; a re-closed hour that received late files qualifies again)."""
     return sorted(h for h in set(closed) if file_counts.get(h, 0) >= min_files)
-
-
-def hour_ranges(hours: Iterable[datetime]) -> list[tuple[datetime, datetime]]:
-    """Consecutive hours merged into ``[start, end)`` ranges."""
-    ranges: list[tuple[datetime, datetime]] = []
-    for hour in sorted({hour_start(h) for h in hours}):
-        if ranges and ranges[-1][1] == hour:
-            ranges[-1] = (ranges[-1][0], hour + HOUR)
-        else:
-            ranges.append((hour, hour + HOUR))
-    return ranges
-
-
-def _ts(value: datetime) -> str:
-    return f"TIMESTAMP '{value.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]}'"
-
-
-def compaction_filter(column: str, hours: Iterable[datetime]) -> str:
-    """The ``where`` of rewrite_data_files selecting exactly ``hours`` (UTC, session time zone UTC).
-
-    Hour ranges align with the hourly partitions, so only the files of those partitions are planned."""
-    ranges = hour_ranges(hours)
-    if not ranges:
-        raise ValueError("no hours to compact")
-    return " OR ".join(f"(`{column}` >= {_ts(lo)} AND `{column}` < {_ts(hi)})" for lo, hi in ranges)
-
-
-def timestamp_literal(ms: int) -> str:
-    """A Spark SQL timestamp literal of epoch milliseconds (UTC)."""
-    return _ts(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 # ---- expire_snapshots: keep every writer's newest marker ----

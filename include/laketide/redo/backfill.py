@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
-from laketide.ingest.landing import data_dir, hidden, name_hour, partition_key, published_files, read_audits
+from laketide.ingest.landing import data_dir, hidden, name_hour, published_files, read_audits
 from laketide.lake.commits import DUPLICATES_DROPPED, SOURCE_FILES
+from laketide.lake.hours import partition_key
 from laketide.redo.overwrite import (
     HourChange,
     Outcome,

@@ -21,9 +21,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from laketide.ingest.landing import FileStat, file_stat
 from laketide.lake import checkpoint_log
 from laketide.lake.checkpoint_log import VERSION, check_format, file_name, log_files
+from laketide.lake.commits import FileStat, file_stat
 
 log = logging.getLogger("laketide.redo.checkpoint")
 DEFAULT_OFFSET_METADATA = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}

@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laketide.redo.overwrite import Kind
+
+if TYPE_CHECKING:
+    from laketide.config import LaketideConfig
 
 #: exit codes of the jobs a retry cannot fix, with what they mean (the DAGs fail at once on them)
 FATAL_EXIT_CODES = {2: "bad request (nothing changed)", 4: "the committed result failed its check"}
@@ -108,16 +111,15 @@ def plan_lines(request: Any, plan: Any = None) -> list[str]:
     return lines
 
 
-def check_params(kind: Kind, params: dict[str, Any], requested_by: str | None = None) -> dict[str, str]:
+def check_params(config: LaketideConfig, kind: Kind, params: dict[str, Any],
+                 requested_by: str | None = None) -> dict[str, str]:
     """The DAGs' validation task: every check of the job (configuration, landing zone, table metadata; no
     Spark), then the job's arguments as strings.
 
     :raises ActionRequestError: the request is refused; nothing was changed
     """
-    from laketide.airflow.hooks import airflow_config
     from laketide.redo.overwrite import check_against_table, table_facts, validate_request
 
-    config = airflow_config()
     request = validate_request(config, kind, params.get("stream"), params.get("start"), params.get("end"),
                                params.get("dry_run", True), requested_by)
     check_against_table(request, table_facts(config, request.stream))

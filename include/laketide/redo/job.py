@@ -36,8 +36,9 @@ from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import RedoBusyError, RequestError, WriterBusyError
-from laketide.ingest.landing import data_dir, parse_partition
+from laketide.ingest.landing import data_dir
 from laketide.lake.commits import BATCH_ID, REDO_ID, WRITER_ID
+from laketide.lake.hours import parse_partition
 from laketide.redo import checkpoint
 from laketide.redo.params import RedoRequest
 from laketide.redo.plan import EMPTY, RedoPlan, make_plan
@@ -146,14 +147,13 @@ def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> Write
 
 def _maintenance_leases(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> list[WriterLease]:
     """The maintenance leases of both tables (maintenance skips a table while they are held)."""
-    from laketide.lake.lease import WriterLease, engine_for
-    from laketide.maintain.job import LEASE_PREFIX
+    from laketide.lake.lease import MAINTENANCE_PREFIX, WriterLease, engine_for
 
     engine = engine_for(config.catalog)
     taken: list[WriterLease] = []
     deadline = time.monotonic() + wait.total_seconds()
     for table in (stream.table, stream.rejects_table):
-        lease = WriterLease(engine, LEASE_PREFIX + table, config.maintenance.lease, REDO_MODE)
+        lease = WriterLease(engine, MAINTENANCE_PREFIX + table, config.maintenance.lease, REDO_MODE)
         while True:
             try:
                 lease.acquire()

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionRequestError
-from laketide.ingest.landing import HOUR, partition_key
 from laketide.lake.commits import ACTION, ACTION_ID, REPLACED_HOURS
-from laketide.maintain.plan import compaction_filter
+from laketide.lake.hours import HOUR, hours_filter, partition_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -197,7 +196,7 @@ def hours_condition(column: str, hours: Iterable[datetime], *, with_null: bool =
     if not _IDENT.fullmatch(column):
         raise ActionRequestError(f"column {column!r} is not a plain identifier")
     chosen = list(hours)
-    parts = [compaction_filter(column, chosen)] if chosen else []
+    parts = [hours_filter(column, chosen)] if chosen else []
     if with_null:
         parts.append(f"`{column}` IS NULL")
     if not parts:
@@ -312,7 +311,7 @@ def record_outcome(config: LaketideConfig, outcome: Outcome, run_id: str | None)
     and duplicates are the same after the action keeps its state (a closed hour stays closed)."""
     from laketide.close.partitions import State
     from laketide.close.status import StatusRecord, record
-    from laketide.ingest.landing import parse_partition
+    from laketide.lake.hours import parse_partition
 
     if not outcome.committed:
         return

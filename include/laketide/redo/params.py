@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import RequestError
-from laketide.ingest.landing import HOUR, from_epoch_hours, hour_start, partition_key
+from laketide.lake.hours import HOUR, from_epoch_hours, hour_start, partition_key
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

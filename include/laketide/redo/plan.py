@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest.inspection import landed_files
-from laketide.ingest.landing import FileStat, from_epoch_hours, partition_key
-from laketide.lake.commits import BATCH_ID, WRITER_ID, source_position
+from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, source_position
+from laketide.lake.hours import from_epoch_hours, partition_key
 from laketide.redo.params import HourRange, RedoRequest
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
-from laketide.ingest.landing import partition_key
 from laketide.lake.commits import DUPLICATES_REMOVED
+from laketide.lake.hours import partition_key
 from laketide.redo.overwrite import (
     HourChange,
     Outcome,

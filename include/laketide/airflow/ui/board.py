@@ -21,8 +21,8 @@ from laketide.close.partitions import PartitionStatus, State
 from laketide.close.status import StatusRecord, being_written, latest
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import TableNotFoundError
-from laketide.ingest.landing import HOUR, partition_key
 from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import HOUR, partition_key
 from laketide.lake.snapshots import metadata_location
 
 #: the legend, in the order a stream's hours go through the states
