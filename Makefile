@@ -24,6 +24,9 @@ test: setup lint ## Set up, lint, and run the whole test suite (real Spark, Iceb
 test-fast: setup ## The quick inner loop: pure and unit tests and the cheapest real-Spark ones (not -m slow)
 	@$(VENV)/pytest -q -n 2 --dist loadfile -m "not slow"
 
+check-image: ## The Dockerfile's pip steps in a throwaway virtualenv, the COPY sources, the lock, compose.yaml against the compose spec (no container engine needed)
+	@$(VENV)/python scripts/check_image.py --venv
+
 lint: ## ruff and mypy
 	@$(VENV)/ruff check .
 	@$(VENV)/mypy
@@ -49,4 +52,4 @@ snapshots: ## The snapshot timeline of each stream's events table (the ids a red
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars and the tests' JVM archive
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars ! -name jvm -exec rm -rf {} + 2>/dev/null || true
 
-.PHONY: help setup jars run test test-fast lint bench submit reconcile status snapshots clean
+.PHONY: help setup jars run test test-fast check-image lint bench submit reconcile status snapshots clean

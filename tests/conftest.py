@@ -39,7 +39,8 @@ from tests.helpers import JARS_DIR, JAVA_OPTIONS_ENV  # noqa: E402
 #: that two workers (``-n 2 --dist loadfile``: a module runs whole on one worker, its tests in order) start the long
 #: ones early and finish together; the others follow in file order.
 SLOWEST_FIRST = (
-    "test_maintain", "test_faults", "test_fencing", "test_redo", "test_contention", "test_edges", "test_backfill",
+    "test_maintain", "test_production", "test_faults", "test_fencing", "test_redo", "test_contention", "test_edges",
+    "test_backfill",
     "test_writer", "test_history", "test_run_script", "test_dedupe", "test_repair", "test_dags", "test_close_dag",
     "test_ui_browser",
 )

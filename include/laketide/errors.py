@@ -65,6 +65,11 @@ class TableNotFoundError(LaketideError):
     """The Iceberg table is not in the catalog."""
 
 
+class DeployModeError(ConfigError):
+    """The Spark connection asks for a deploy mode laketide's jobs cannot run in: the message names the setting to
+    change. A retry cannot fix it."""
+
+
 # ---------------------------------------------------------------- close
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,12 @@ FATAL_EXIT_CODES = {2: "bad arguments or configuration", 3: "checkpoint and tabl
 
 
 class LaketideSparkSubmitOperator(SparkSubmitOperator):
-    """Submit a laketide Spark job; the catalog, jars and Python come from the laketide configuration.
+    """Submit a laketide Spark job; the catalog, jars, Python and the application's limits (cores, memory) come
+    from the laketide configuration, the master from the Spark connection.
 
-    Everything is resolved in ``execute()``, never when the DAG file is parsed.
+    Everything is resolved in ``execute()``, never when the DAG file is parsed. A connection asking for cluster
+    deploy mode fails the task at once, without retrying, naming what to change (laketide's jobs run in client
+    mode: :func:`laketide.lake.spark.check_deploy_mode`).
 
     :param job: file name in ``spark_jobs/``
     :param job_args: arguments of the job (templated)
@@ -38,6 +40,8 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, job: str, job_args: list[str], fatal_exit_codes: dict[int, str] | None = None,
                  action: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("conn_id", "spark_default")
+        #: a deploy mode given to the operator wins over the connection's (as in the Spark provider's hook)
+        self.given_deploy_mode: str | None = kwargs.get("deploy_mode")
         super().__init__(application=str(SPARK_JOBS / job), **kwargs)
         self.job_args = job_args
         self.fatal_exit_codes = dict(FATAL_EXIT_CODES if fatal_exit_codes is None else fatal_exit_codes)
@@ -47,16 +51,20 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from laketide.config import config_path
-        from laketide.lake.spark import spark_conf
+        from laketide.errors import DeployModeError
+        from laketide.lake.spark import check_deploy_mode, executor_paths, is_local, submit_conf
 
+        master, deploy_mode = self.spark_target()
+        try:
+            check_deploy_mode(master, deploy_mode, f"connection {self._conn_id!r}")
+        except DeployModeError as exc:  # a retry would fail the same way: fail now, with what to change
+            raise AirflowFailException(str(exc)) from exc
         hook = LaketideCatalogHook()
         config = hook.laketide_config()  # the catalog of the laketide_catalog connection, if there is one
-        self.conf = {
-            **spark_conf(config),
-            "spark.pyspark.python": sys.executable,
-            "spark.pyspark.driver.python": sys.executable,
-            **(self.conf or {}),
-        }
+        self.conf = {**submit_conf(config, Path(self.application).name, self.job_args), **(self.conf or {})}
+        if not is_local(master):
+            self.log.info("Spark master %s: the executors read and write %s; each must be the same storage at the "
+                          "same path on every Spark worker", master, "; ".join(executor_paths(config)))
         self.py_files = str(package_zip(config))
         # the job finds the same configuration, state folder and catalog (the laketide_catalog connection when
         # there is one) as this worker
@@ -90,6 +98,29 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("::endgroup::")
             for line in outcome_lines(config, self.action, context["run_id"]):
                 self.log.info("%s", line)
+
+
+    def spark_target(self) -> tuple[str, str | None]:
+        """The master and deploy mode of the Spark connection, as the Spark provider's hook reads them (a missing
+        connection: ``yarn``, the hook's default)."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            return "yarn", self.given_deploy_mode
+        return connection_master(conn), self.given_deploy_mode or conn.extra_dejson.get("deploy-mode")
+
+
+def connection_master(conn: Any) -> str:
+    """The Spark master of an Airflow Spark connection: its host when it holds a whole master URL (the form's way,
+    ``spark://host:7077`` or ``local[2]``), else ``<conn type>://<host>``, with the port appended when given."""
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = str(conn.host)
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master
 
 
 def plan_lines(action: str, checked: Any) -> list[str]:

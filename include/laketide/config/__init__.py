@@ -16,7 +16,15 @@ from laketide.config.loading import DEFAULT_CONFIG, ENV_PREFIX, REPO_ROOT, confi
 from laketide.config.maintenance import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, MaintenanceConfig, TablePolicy
 from laketide.config.markers import MARKER_PLACEHOLDERS, DoneMarkersConfig, HttpMarker
 from laketide.config.model import LaketideConfig, maintained_tables
-from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
+from laketide.config.sections import (
+    DEFAULT_RESOURCES,
+    ApplicationKind,
+    CatalogConfig,
+    CloseConfig,
+    ResourcesConfig,
+    SparkConfig,
+    WriterGroupConfig,
+)
 from laketide.config.streams import EXTRA_COLUMN, CommitPath, FieldSpec, FieldType, StreamConfig, UnknownFields
 from laketide.config.values import (
     check_table_name,
@@ -29,12 +37,14 @@ from laketide.errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "DEFAULT_RESOURCES",
     "ENV_PREFIX",
     "EXTRA_COLUMN",
     "MAINTENANCE_ACTIONS",
     "MARKER_PLACEHOLDERS",
     "ORPHAN_AGE_FLOOR",
     "REPO_ROOT",
+    "ApplicationKind",
     "CatalogConfig",
     "CloseConfig",
     "CommitPath",
@@ -45,6 +55,7 @@ __all__ = [
     "HttpMarker",
     "LaketideConfig",
     "MaintenanceConfig",
+    "ResourcesConfig",
     "SparkConfig",
     "StreamConfig",
     "TablePolicy",

@@ -8,7 +8,14 @@ from pathlib import Path
 from pydantic import model_validator
 
 from laketide.config.maintenance import MaintenanceConfig
-from laketide.config.sections import CatalogConfig, CloseConfig, SparkConfig, WriterGroupConfig
+from laketide.config.sections import (
+    ApplicationKind,
+    CatalogConfig,
+    CloseConfig,
+    ResourcesConfig,
+    SparkConfig,
+    WriterGroupConfig,
+)
 from laketide.config.streams import StreamConfig
 from laketide.config.values import _inside, _local_path, _secs, _Strict
 from laketide.errors import ConfigError
@@ -27,7 +34,7 @@ class LaketideConfig(_Strict):
     @model_validator(mode="after")
     def _unique(self) -> LaketideConfig:
         problems = (_shared_keys(self) + _overlapping_paths(self) + _maintained(self) + _groups(self)
-                    + _marker_paths(self))
+                    + _marker_paths(self) + _resources(self))
         if problems:
             # each problem starts with the key it is about: the message lists them all
             raise ValueError("\n".join(problems))
@@ -49,6 +56,12 @@ class LaketideConfig(_Strict):
     def group_settings(self, name: str) -> WriterGroupConfig:
         """The settings of writer group ``name`` (defaults when the configuration names none)."""
         return self.writer_groups.get(name, WriterGroupConfig())
+
+    def application_resources(self, kind: ApplicationKind, group: str | None = None) -> ResourcesConfig:
+        """What an application may take of a cluster: a writer group's application (``kind`` ``writer`` with its
+        ``group``), the maintenance application or a manual action's job."""
+        override = self.group_settings(group).resources if kind == "writer" and group is not None else None
+        return self.spark.application(kind, override)
 
     def group(self, name: str) -> list[StreamConfig]:
         """The streams of writer group ``name``."""
@@ -110,6 +123,21 @@ def _groups(config: LaketideConfig) -> list[str]:
         if other is not None and other.writer_group != stream.writer_group:
             problems.append(f"{_key(stream, 'group')}: {stream.writer_group!r} is the name of stream {other.name!r}, "
                             f"which runs in group {other.writer_group!r}: name the group otherwise")
+    return problems
+
+
+def _resources(config: LaketideConfig) -> list[str]:
+    """Limits that only fail together: a group's or a kind's executor_cores above the cores it inherits."""
+    problems: list[str] = []
+    kinds: tuple[ApplicationKind, ...] = ("writer", "maintenance", "actions")
+    for kind in kinds:
+        problem = config.spark.application(kind).problem()
+        if problem:
+            problems.append(f"spark.resources.{kind}.{problem} (with the defaults of its kind)")
+    for name in sorted({s.writer_group for s in config.streams}):
+        problem = config.application_resources("writer", name).problem()
+        if problem and name in config.writer_groups:
+            problems.append(f"writer_groups.{name}.resources.{problem} (over spark.resources.writer)")
     return problems
 
 

@@ -1,11 +1,11 @@
-"""The ``catalog``, ``spark`` and ``close`` sections."""
+"""The ``catalog``, ``spark`` and ``close`` sections, and what one Spark application may take of a cluster."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -42,15 +42,109 @@ class CatalogConfig(_Strict):
         return value
 
 
+#: a JVM memory size as Spark reads it (no unit: MiB)
+_JVM_MEMORY = re.compile(r"^(\d+)(b|k|kb|m|mb|g|gb|t|tb)?$")
+_MIB = {"b": 1 / 2**20, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1, "g": 1024, "gb": 1024, "t": 2**20, "tb": 2**20}
+#: Spark refuses a driver or an executor with less (300 MiB reserved x 1.5)
+MIN_JVM_MIB = 450
+
+#: the kinds of Spark application laketide submits: the writer applications (one per writer group), the
+#: maintenance application, and the manual actions' jobs (redo, backfill, repair)
+ApplicationKind = Literal["writer", "maintenance", "actions"]
+
+
+class ResourcesConfig(_Strict):
+    """What one Spark application may take of a cluster. Only the keys given replace the defaults of its kind."""
+
+    #: total cores of the application on a standalone cluster (``spark.cores.max``): without a cap the first
+    #: application takes every core of the cluster and the next ones wait
+    cores: int | None = Field(default=None, ge=1)
+    #: cores per executor (``spark.executor.cores``); unset: one executor per worker with the cores it may take
+    executor_cores: int | None = Field(default=None, ge=1)
+    #: heap of each executor (``spark.executor.memory``), e.g. ``1g``, ``512m``
+    executor_memory: str | None = None
+    #: heap of the driver (``spark.driver.memory``): the driver runs where the Airflow task runs
+    driver_memory: str | None = None
+    #: any other Spark setting of the application (e.g. ``spark.executor.instances`` on YARN or Kubernetes)
+    conf: dict[str, str] = {}
+
+    @field_validator("executor_memory", "driver_memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        text = str(value).strip().lower()
+        match = _JVM_MEMORY.fullmatch(text)
+        if not match:
+            raise ValueError(f"{value!r} is not a JVM memory size: use e.g. '512m', '1g', '4g'")
+        if int(match.group(1)) * _MIB[match.group(2) or "m"] < MIN_JVM_MIB:
+            raise ValueError(f"{value!r} is below {MIN_JVM_MIB}m: Spark refuses a driver or executor with less")
+        return text
+
+    @model_validator(mode="after")
+    def _executor_fits(self) -> ResourcesConfig:
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def problem(self) -> str | None:
+        """Why an application with these limits could not start, if it could not."""
+        if self.cores is not None and self.executor_cores is not None and self.executor_cores > self.cores:
+            return (f"executor_cores: {self.executor_cores} is more than cores ({self.cores}): no executor of the "
+                    "application could start")
+        return None
+
+    def over(self, base: ResourcesConfig) -> ResourcesConfig:
+        """``base`` with the keys given here (``conf`` merged key by key); the configuration's checks look at the
+        combination (:meth:`problem`)."""
+        given = {name: getattr(self, name) for name in self.model_fields_set if name != "conf"}
+        return base.model_copy(update={**given, "conf": {**base.conf, **self.conf}})
+
+    def spark_conf(self) -> dict[str, str]:
+        """The Spark settings of these limits."""
+        conf = {key: str(value) for key, value in (
+            ("spark.cores.max", self.cores), ("spark.executor.cores", self.executor_cores),
+            ("spark.executor.memory", self.executor_memory), ("spark.driver.memory", self.driver_memory),
+        ) if value is not None}
+        return {**conf, **self.conf}
+
+
+#: what each kind of application takes when the configuration says nothing: 2 cores and 1 GiB executors each, so
+#: that one writer application, the maintenance application and a manual action fit a 6-core worker together
+DEFAULT_RESOURCES: dict[str, ResourcesConfig] = {
+    kind: ResourcesConfig(cores=2, executor_memory="1g") for kind in ("writer", "maintenance", "actions")
+}
+
+
 class SparkConfig(_Strict):
-    """How Spark jobs are built: master, jars and extra conf."""
+    """How Spark jobs are built: master, jars, the executors' Python, per-application limits and extra conf."""
 
     master: str = "local[2]"
     #: where the provisioned jars live (see ``python -m laketide.lake.jars``)
     jars_dir: Path
     #: Maven coordinates; when set they replace the local jars (spark.jars.packages)
     packages: list[str] = []
+    #: the Python interpreter the executors start (``spark.pyspark.python``); default: the one that submits the
+    #: job. It must exist at this path on every Spark worker, with the same PySpark
+    python: str | None = None
+    #: per kind of application (``writer``, ``maintenance``, ``actions``): what it may take of a cluster; a writer
+    #: group's own ``writer_groups.<group>.resources`` goes over ``writer``
+    resources: dict[ApplicationKind, ResourcesConfig] = {}
     conf: dict[str, str] = {}
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r}: give the absolute path of the interpreter on the Spark workers")
+        return value
+
+    def application(self, kind: ApplicationKind, override: ResourcesConfig | None = None) -> ResourcesConfig:
+        """The limits of an application of ``kind``: the defaults, the configuration's, then ``override``."""
+        limits = self.resources[kind].over(DEFAULT_RESOURCES[kind]) if kind in self.resources else \
+            DEFAULT_RESOURCES[kind]
+        return override.over(limits) if override is not None else limits
 
 
 class CloseConfig(_Strict):
@@ -113,7 +207,9 @@ class CloseConfig(_Strict):
 
 
 class WriterGroupConfig(_Strict):
-    """A writer application (a group of streams): what it exposes."""
+    """A writer application (a group of streams): what it exposes and what it may take of a cluster."""
 
     #: serve the group's writer figures as Prometheus metrics on this port (``/metrics``); 0: no endpoint
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: this application's limits, over ``spark.resources.writer`` (only the keys given)
+    resources: ResourcesConfig = ResourcesConfig()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from laketide.config import REPO_ROOT, LaketideConfig
+from laketide.config import REPO_ROOT, ApplicationKind, LaketideConfig, ResourcesConfig
+from laketide.config.values import _local_path
+from laketide.errors import ConfigError, DeployModeError
 from laketide.lake.catalog import jdbc_properties
 from laketide.lake.jars import jar_set
 
@@ -18,6 +22,11 @@ EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J = REPO_ROOT / "conf" / "log4j2.properties"
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: the kind of application each job of ``spark_jobs/`` is: its limits come from ``spark.resources.<kind>`` (and, for
+#: a writer application, ``writer_groups.<group>.resources``)
+JOB_KINDS: dict[str, ApplicationKind] = {
+    "ingest_stream": "writer", "maintain": "maintenance", "redo": "actions", "backfill": "actions", "repair": "actions",
+}
 
 
 def spark_conf(config: LaketideConfig) -> dict[str, str]:
@@ -76,6 +85,81 @@ def _submitted() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_SUBMIT_OPTS" in os.environ
 
 
+def job_resources(config: LaketideConfig, job: str, args: Sequence[str]) -> ResourcesConfig:
+    """What the application of ``job`` (a file of ``spark_jobs/``) with ``args`` may take of a cluster: a writer
+    application's group comes from ``--group`` (or the group of ``--stream``)."""
+    kind = JOB_KINDS.get(Path(job).stem, "actions")
+    group = _writer_group(config, list(args)) if kind == "writer" else None
+    return config.application_resources(kind, group)
+
+
+def _writer_group(config: LaketideConfig, args: list[str]) -> str | None:
+    for flag in ("--group", "--stream"):
+        value = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == flag), None)
+        value = value or next((a.split("=", 1)[1] for a in args if a.startswith(flag + "=")), None)
+        if value is None:
+            continue
+        if flag == "--group":
+            return value
+        try:
+            return config.stream(value).writer_group
+        except ConfigError:  # the job refuses it with its own message (exit 2)
+            return None
+    return None
+
+
+def submit_conf(config: LaketideConfig, job: str, args: Sequence[str]) -> dict[str, str]:
+    """Every Spark setting of a submitted job: the catalog, jars and logging (:func:`spark_conf`), the Python of the
+    driver (this one) and of the executors (``spark.python``, default this one), UTC on the executors, and the
+    limits of the job's application (:func:`job_resources`: ``spark.cores.max``, executor and driver memory)."""
+    conf = {
+        "spark.pyspark.python": config.spark.python or sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.TZ": "UTC",
+        **spark_conf(config),
+    }
+    conf.update(job_resources(config, job, args).spark_conf())
+    return conf
+
+
+def check_deploy_mode(master: str, deploy_mode: str | None, where: str) -> None:
+    """Refuse a deploy mode laketide's jobs cannot run in, naming what to change (``where``: the setting's place,
+    e.g. "connection 'spark_default'").
+
+    :raises DeployModeError: for ``cluster`` (or anything but ``client``)
+    """
+    mode = (deploy_mode or "client").strip().lower()
+    if mode == "client":
+        return
+    if mode != "cluster":
+        raise DeployModeError(f"{where}: deploy mode {deploy_mode!r} is not a Spark deploy mode; laketide's jobs run "
+                              "in client mode: remove \"deploy-mode\" from the connection's extra")
+    why = ("and Spark's standalone master runs no Python application in cluster mode at all"
+           if master.startswith("spark://") else
+           "and in cluster mode the driver would start on a cluster node that has neither")
+    raise DeployModeError(
+        f"{where} asks for deploy mode 'cluster' (master {master}): laketide's Spark jobs run in client mode only. "
+        "The driver runs where the Airflow task runs: it reads the laketide configuration and state folder there, "
+        f"holds the stream's writer lease and hands its exit code to the task, {why}. Remove \"deploy-mode\" from "
+        "the connection's extra (or set it to \"client\"): the executors still run on the cluster")
+
+
+def is_local(master: str) -> bool:
+    """``local``, ``local[4]``, ``local[*]``: one JVM, no cluster."""
+    return master.strip().lower().startswith("local")
+
+
+def executor_paths(config: LaketideConfig) -> list[str]:
+    """The local paths a job's executors read or write: the warehouse (a local one) and every landing zone. On a
+    cluster each must be the same storage at the same path on every Spark worker and on the host of the driver."""
+    paths = []
+    warehouse = _local_path(config.catalog.warehouse)
+    if warehouse is not None:
+        paths.append(f"warehouse {warehouse}")
+    paths += [f"landing zone of stream {s.name} {s.landing_path}" for s in config.streams]
+    return paths
+
+
 def package_zip(config: LaketideConfig) -> Path:
     """Zip the ``laketide`` package for ``--py-files`` so a job runs on any cluster manager."""
     import laketide
@@ -83,7 +167,7 @@ def package_zip(config: LaketideConfig) -> Path:
     source = Path(laketide.__file__).parent
     target = config.home / "dist" / "laketide.zip"
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".zip.tmp")
+    tmp = target.with_suffix(f".zip.{os.getpid()}.tmp")  # jobs submitted at once (one state folder) do not collide
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(source.rglob("*.py")):
             archive.write(path, Path("laketide") / path.relative_to(source))
@@ -93,13 +177,14 @@ def package_zip(config: LaketideConfig) -> Path:
 
 def submit_command(config: LaketideConfig, job: str, args: list[str], master: str | None = None) -> list[str]:
     """The ``spark-submit`` command of a laketide job (a file in ``spark_jobs/``) with everything it needs:
-    the master, the catalog and Iceberg settings with the jars (or Maven packages), quiet logging, this
-    Python, and the ``laketide`` package as ``--py-files``. The same settings the Airflow operator passes."""
+    the master, the catalog and Iceberg settings with the jars (or Maven packages), quiet logging, the Python,
+    the application's limits (:func:`submit_conf`), and the ``laketide`` package as ``--py-files``. The same
+    settings the Airflow operator passes."""
     path = SPARK_JOBS / job
     if not path.is_file():
         jobs = sorted(p.name for p in SPARK_JOBS.glob("*.py"))
         raise FileNotFoundError(f"no Spark job {job!r} in {SPARK_JOBS}: jobs are {jobs}")
-    conf = {**spark_conf(config), "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+    conf = submit_conf(config, job, args)
     command = ["spark-submit", "--master", master or config.spark.master, "--name", f"laketide-{path.stem}"]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]

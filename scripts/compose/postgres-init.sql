@@ -1,0 +1,2 @@
+-- the Iceberg catalog's database, beside Airflow's metadata database (same server, same role)
+CREATE DATABASE laketide OWNER airflow;
