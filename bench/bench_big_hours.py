@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {}
     try:
         if "verify" in parts:
-            print("verification of one hour (fresh process each; peak = ru_maxrss)", flush=True)
+            print("verification of one hour (fresh process each; peak = VmHWM)", flush=True)
             figures["verify"] = bench_verify(work, sizes(args.rows), args.old_upto)
         if "reconcile" in parts:
             print(f"reconciliation of one {args.hour_rows:,}-row hour", flush=True)

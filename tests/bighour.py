@@ -3,7 +3,9 @@ with pyarrow and committed with ``table.append`` (not through the writer), and t
 the source files those rows name. Used by the verification memory test and ``bench/bench_big_hours.py``.
 
 ``measure`` runs a callable's module function in a fresh Python process and returns its peak resident memory
-(``ru_maxrss``) and wall time, so the figure is the function's own, not the test process's.
+(``VmHWM``: the high-water mark of the process's own memory) and wall time, so the figure is the function's own.
+Not ``ru_maxrss``: Linux carries it across ``execve``, and a child started by ``subprocess`` (vfork, then exec)
+reports the parent's peak when that is higher: a pytest worker's or the benchmark driver's.
 """
 
 from __future__ import annotations
@@ -113,12 +115,13 @@ def write_hour(config: LaketideConfig, stream: StreamConfig, hour: datetime, row
 def measure(module: str, function: str, *args: str) -> dict[str, Any]:
     """Run ``module.function(*args)`` in a fresh interpreter; its JSON result plus ``peak_mb`` and ``seconds``."""
     code = (
-        "import json, resource, sys, time\n"
+        "import json, sys, time\n"
         f"from {module} import {function} as run\n"
         "started = time.monotonic()\n"
         "result = run(*sys.argv[1:])\n"
         "seconds = time.monotonic() - started\n"
-        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "status = open('/proc/self/status').read()\n"
+        "peak = int(status.split('VmHWM:')[1].split()[0]) / 1024\n"
         "print(json.dumps({**result, 'peak_mb': round(peak, 1), 'seconds': round(seconds, 2)}))\n"
     )
     root = Path(__file__).resolve().parents[1]
