@@ -18,6 +18,7 @@ over the shortest's, before and after maintenance. Targets: <= 2 data files per 
 and the planning >= 5x faster; metadata size after expiry independent of the table's age (the ratio ~1.0).
 
     .venv/bin/python bench/bench_maintain.py [--batches 1000,3000] [--hours 6] [--rows 40] [--repeat 5]
+        [--driver-memory 4g]
 """
 
 from __future__ import annotations
@@ -130,13 +131,16 @@ def main() -> int:
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--driver-memory", default="4g",
+                        help="the benchmark's Spark driver heap (Spark's default, 1g, ran out at 8,000 commits)")
     args = parser.parse_args()
     lengths = sorted(int(b) for b in args.batches.split(","))
 
     from laketide.lake.spark import build_session
 
     home = Path(tempfile.mkdtemp(prefix="laketide-bench-maintain-"))
-    spark = build_session(load(write_config(home)), "laketide-bench-maintain", master="local[2]")
+    spark = build_session(load(write_config(home)), "laketide-bench-maintain", master="local[2]",
+                          extra={"spark.driver.memory": args.driver_memory})
     spark.sparkContext.setLogLevel("ERROR")
     results = {n: bench_one(spark, home / f"h{n}", n, args) for n in lengths}
     spark.stop()

@@ -144,6 +144,14 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
     for finding in report.findings:
         assert f"{'FILE' if finding.blocking else 'note'} {finding.line()}" in printed
     assert "reported files: 10" in printed and "MISMATCH (see" in printed
+    # one hour asked: that hour's line alone; a range that is not one is refused before anything is read
+    reconcile_main(["--stream", "clicks", "--start", partition_key(H0)])
+    table = capsys.readouterr().out.split("duplicate event ids")[0]
+    assert partition_key(H0) in table and partition_key(H3) not in table
+    assert reconcile_main(["--stream", "clicks", "--start", partition_key(H3), "--end", partition_key(H0)]) == 2
+    assert f"--end {partition_key(H0)} must be after --start {partition_key(H3)}" in capsys.readouterr().err
+    assert reconcile_main(["--end", partition_key(H3)]) == 2
+    assert "--end needs --start" in capsys.readouterr().err
 
 
 def test_partition_status_names_pending_and_reported_files() -> None:

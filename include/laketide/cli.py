@@ -75,7 +75,8 @@ def _status(config: LaketideConfig, args: argparse.Namespace) -> int:
 def _reconcile(config: LaketideConfig, args: argparse.Namespace) -> int:
     from laketide.close import reconcile
 
-    return reconcile.main(["--stream", args.stream] if args.stream else [])
+    flags = {"--stream": args.stream, "--start": args.start, "--end": args.end}
+    return reconcile.main([part for flag, value in flags.items() if value for part in (flag, value)])
 
 
 def _snapshots(config: LaketideConfig, args: argparse.Namespace) -> int:
@@ -144,6 +145,8 @@ def parser() -> argparse.ArgumentParser:
     status.set_defaults(run=_status)
     reconcile = commands.add_parser("reconcile", help="audit == lake + rejects, per hour")
     reconcile.add_argument("--stream")
+    reconcile.add_argument("--start", help="first hour, e.g. 2026-11-22T03:00:00+00:00 (default: every hour)")
+    reconcile.add_argument("--end", help="first hour after them (exclusive; default: the hour after --start)")
     reconcile.set_defaults(run=_reconcile)
     snapshots = commands.add_parser("snapshots", help="the snapshot timeline of a stream's events table")
     snapshots.add_argument("--stream")

@@ -29,7 +29,7 @@ from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
 from laketide.ingest.landing import read_audits
 from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import FileStat, duplicates_removed, ingested_files
-from laketide.lake.hours import hour_start, partition_key
+from laketide.lake.hours import HOUR, hour_start, parse_partition, partition_key
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -232,20 +232,40 @@ def report_of(landed: Inspection, lake: Counter[str], rejects: Counter[str], dup
     return report
 
 
+def requested_hours(start: str | None, end: str | None) -> list[datetime] | None:
+    """The hours ``[start, end)`` asked on the command line (``end`` defaults to the hour after ``start``); None:
+    every hour. Only those partitions of the tables are read, so one hour costs the same in a table of any age.
+
+    :raises ValueError: not a partition key, ``end`` without ``start``, or ``end`` not after ``start``"""
+    if not start:
+        if end:
+            raise ValueError("--end needs --start (the hours [start, end) to reconcile)")
+        return None
+    first = parse_partition(start)
+    stop = parse_partition(end) if end else first + HOUR
+    if stop <= first:
+        raise ValueError(f"--end {stop.isoformat()} must be after --start {first.isoformat()} (the hours "
+                         "[start, end): end is the first hour not reconciled)")
+    return [first + i * HOUR for i in range(int((stop - first) / HOUR))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream", help="stream name (default: every configured stream)")
+    parser.add_argument("--start", help="first hour to reconcile, e.g. 2026-11-22T03:00:00+00:00 (default: all)")
+    parser.add_argument("--end", help="first hour after them (exclusive; default: the hour after --start)")
     args = parser.parse_args(argv)
     try:
+        hours = requested_hours(args.start, args.end)
         config = get_config()
         streams = [config.stream(args.stream)] if args.stream else config.streams
-    except LaketideError as exc:
+    except (LaketideError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     ok = True
     for stream in streams:
         try:
-            report = reconcile(config, stream)
+            report = reconcile(config, stream, hours)
         except LaketideError as exc:
             print(f"error: stream {stream.name}: {exc}", file=sys.stderr)
             return 2
@@ -257,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{report.unattributed_rejects}; landed files not ingested yet: {len(report.pending_files)}; "
               f"reported files: {len(report.findings)}")
         for finding in report.findings:
-            hours = f" [hours {', '.join(finding.hours)}]" if finding.hours else ""
-            print(f"  {'FILE' if finding.blocking else 'note'} {finding.line()}{hours}")
+            where = f" [hours {', '.join(finding.hours)}]" if finding.hours else ""
+            print(f"  {'FILE' if finding.blocking else 'note'} {finding.line()}{where}")
         problems = report.problems()
         if problems:
             print(f"  PROBLEM: {len(problems)}: " + "; ".join(problems))
