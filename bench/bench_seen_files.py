@@ -153,6 +153,14 @@ def run_one(spec: str) -> None:
     spark.stop()
 
 
+def late_outcome(result: dict[str, object]) -> str:
+    """What became of the 30-day-old file: within ``max_file_age`` Spark reads it itself, beyond it the writer's
+    rescue must touch it; not in the table after 5 minutes: lost."""
+    if not result["late_ingested"]:
+        return "LOST"
+    return "rescued and ingested" if result["rescued"] else "ingested (within max_file_age: Spark read it)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.one:
@@ -193,13 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for age, r in results.items():
             print(f"{age:>14} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
                   f"{r['log_bytes'] / mib:>8.1f} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
-                  f"{'rescued and ingested' if r['rescued'] and r['late_ingested'] else 'LOST'}")
+                  f"{late_outcome(r)}")
         ages = list(results)
         if len(ages) == 2:
             a, b = results[ages[0]], results[ages[1]]
             print(f"seen map {ages[0]} / {ages[1]}: {a['seen'] / max(b['seen'], 1):.2f}x; "
                   f"heap {a['heap'] / max(b['heap'], 1):.2f}x")
-        return 0 if all(r["rescued"] and r["late_ingested"] for r in results.values()) else 1
+        return 0 if all(r["late_ingested"] for r in results.values()) else 1
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
