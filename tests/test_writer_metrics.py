@@ -88,6 +88,19 @@ def test_the_writer_status_record(tmp_path: Path) -> None:
         writer_status.report(engine, "clicks", "web", "exploded")
 
 
+def test_a_stream_finishing_its_batch_before_it_stops_is_reported(tmp_path: Path) -> None:
+    """The status interval can fall while a stream asked to stop still runs its batch (a long one, after a catalog
+    outage): its state is recorded as such, and the application goes on (it used to fail: "unknown writer
+    state 'stopping'", found by the 30 s catalog outage test on a loaded machine)."""
+    config = load(write_group_config(tmp_path, ["a"], "g"))
+    app = Application(config, config.streams, "continuous")
+    (w,) = app.writers
+    w.state, w.reason = "stopping", "stop file /x/a.stop"
+    app._report(w)
+    (status,) = writer_status.read(app.engine).values()
+    assert (status.stream, status.state, status.reason) == ("a", "stopping", "stop file /x/a.stop")
+
+
 def test_groups_of_the_configuration(tmp_path: Path) -> None:
     path = write_group_config(tmp_path, ["a", "b", "c"], "g")
     raw = yaml.safe_load(path.read_text())

@@ -79,7 +79,7 @@ class Writer:
     late: LateFiles
     commit_path: str = "internal"
     query: StreamingQuery | None = None
-    state: str = "starting"  # running | waiting | failed | stopped | done
+    state: str = "starting"  # running | stopping | waiting | failed | stopped | done
     reason: str = ""
     error: Exception | None = None
     #: when to try to start it again (monotonic), for a waiting or failed stream

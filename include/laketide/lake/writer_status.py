@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.lake.writer_status")
 TABLE = "laketide_writer_status"
-STATES = ("starting", "running", "waiting", "failed", "stopped", "done")
+#: ``stopping``: asked to stop (SIGTERM, its stop file), the stream finishes the batch it is in
+STATES = ("starting", "running", "stopping", "waiting", "failed", "stopped", "done")
 
 
 @dataclass(frozen=True)
