@@ -27,6 +27,7 @@ pool's idle connections once the catalog is initialised, so the pool opens clean
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from laketide.lake.commits import SourceFiles
@@ -148,6 +149,9 @@ def _field(owner: Any, class_name: str, name: str) -> Any:
     return field
 
 
+_REOPENING = threading.Lock()
+
+
 class SqlitePool:
     """The connection pool of Spark's Iceberg JDBC catalog ``catalog`` when it is on SQLite (else inert).
 
@@ -187,11 +191,12 @@ class SqlitePool:
         if self._pool is None:
             return 0
         closed = 0
-        while not self._clients.isEmpty():
-            self._clients.removeFirst().close()
-            closed += 1
-        if closed:
-            self._size.setInt(self._pool, max(0, self._size.getInt(self._pool) - closed))
+        with _REOPENING:  # the streams of a writer application share the pool: one thread empties it at a time
+            while not self._clients.isEmpty():
+                self._clients.removeFirst().close()
+                closed += 1
+            if closed:
+                self._size.setInt(self._pool, max(0, self._size.getInt(self._pool) - closed))
         return closed
 
 
