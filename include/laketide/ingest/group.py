@@ -31,9 +31,7 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -70,8 +68,6 @@ FIRST_BACKOFF = 60.0
 MAX_BACKOFF = 1800.0
 #: errors a stream cannot get over without someone changing something: no start again in this application
 PERMANENT = (CheckpointMismatchError, ConfigError)
-#: how many streams start at once (lease, tables, checkpoint check, query): a group's start is not their sum
-START_THREADS = 8
 #: Spark settings of a writer application (the configuration's ``spark.conf`` wins). A writer runs for months and
 #: reads every landed file once: Spark's defaults would keep what it no longer needs. Each batch's files would stay
 #: in the session's file-status cache (up to 250 MB) and the UI would keep 100,000 finished tasks; here the cache is
@@ -133,7 +129,6 @@ class Application:
         self._spark = spark
         self.stopping: list[str] = []
         self.metrics: MetricsServer | None = None
-        self._ddl = threading.Lock()
 
     # ------------------------------------------------------------------ the session and each stream's start
 
@@ -159,17 +154,6 @@ class Application:
                 self._fail(w, exc)
         self.pool = SqlitePool(self.spark, self.config.catalog.name)  # starts the catalog (stale SQLite connection)
 
-    def start_all(self, writers: list[Writer]) -> None:
-        """Start ``writers`` side by side (``START_THREADS`` at a time): each start waits mostly on the catalog
-        and the JVM, and a group of twenty would otherwise reach its last stream's first commit half a minute
-        after its first."""
-        if len(writers) <= 1:
-            for w in writers:
-                self.start(w)
-            return
-        with ThreadPoolExecutor(min(START_THREADS, len(writers)), thread_name_prefix="laketide-start") as pool:
-            list(pool.map(self.start, writers))
-
     def start(self, w: Writer) -> None:
         """Take the stream's lease and start its query; a refusal leaves it waiting or failed, never raises."""
         from laketide.ingest.runner import preflight, start, stop_file
@@ -184,9 +168,8 @@ class Application:
                 return
         try:
             def create_tables() -> None:
-                with self._ddl:  # streams starting side by side may share a namespace: one creates it
-                    self.pool.reopen()
-                    ensure_tables(self.spark, self.config, stream)
+                self.pool.reopen()
+                ensure_tables(self.spark, self.config, stream)
 
             sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
                           self.config.catalog.retry_timeout)
@@ -287,7 +270,9 @@ class Application:
             if not any(w.state == "starting" for w in self.writers):
                 return self.writers
             self.prepare()
-            self.start_all([w for w in self.writers if w.state == "starting"])
+            for w in self.writers:
+                if w.state == "starting":
+                    self.start(w)
             if not any(w.state == "running" for w in self.writers):
                 return self.writers  # nothing could start: the caller reports the first refusal
             self._serve_metrics()
