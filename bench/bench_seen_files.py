@@ -4,9 +4,10 @@ A stream that runs for months lands hundreds of thousands of files. Spark's file
 has read, in the writer's memory (its "seen files" map) for ``max_file_age`` behind the newest one, and in its
 checkpoint log for ever. This lands ``--files`` small files (default 300,000, one event each) whose modification
 times are spread over ``--days`` (default 90: one file every 26 s, a long-running producer), then runs the real
-writer (``laketide.ingest.runner.run_held`` in continuous mode, its own SparkSession) over them once per
-``max_file_age`` (default ``7d`` and ``36500d``, i.e. "remember everything"), each in a fresh process, and
-prints side by side:
+writer (``laketide.ingest.runner.start`` in continuous mode, its own SparkSession) over them once per
+``max_file_age`` (default ``7d`` and ``36500d``, i.e. "remember everything") and per session settings (``writer``:
+the writer application's, ``laketide.ingest.group.WRITER_SETTINGS``; ``spark``: Spark's defaults), each in a
+fresh process, and prints side by side:
 
 * the entries of Spark's seen-files map once everything is committed (read through py4j from the running
   query's file source), the JVM heap in use after a full GC, and the JVM's peak resident memory;
@@ -24,6 +25,7 @@ Run from the repository root (it takes a while: Spark reads every file)::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -45,6 +47,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--files", type=int, default=300_000)
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--ages", default="7d,36500d", help="max_file_age values, comma-separated")
+    parser.add_argument("--settings", default="writer,spark",
+                        help="the session's settings, comma-separated: writer (laketide's writer application, "
+                             "laketide.ingest.group.WRITER_SETTINGS) and/or spark (Spark's defaults)")
     parser.add_argument("--files-per-trigger", type=int, default=5000)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one writer, print JSON
@@ -86,6 +91,7 @@ def jvm_rss(pid: int) -> int:
 def run_one(spec: str) -> None:
     """In a fresh process: the real writer over the landed files with one max_file_age; print the figures."""
     from laketide.ingest import runner
+    from laketide.ingest.group import WRITER_SETTINGS
     from laketide.ingest.late_files import LateFiles
     from laketide.lake.spark import build_session
     from tests.helpers import load
@@ -93,7 +99,8 @@ def run_one(spec: str) -> None:
     options = json.loads(spec)
     config = load(Path(options["config"]))
     stream = config.stream("clicks")
-    spark = build_session(config, "laketide-bench-seen-files", master="local[2]")
+    extra = WRITER_SETTINGS if options["settings"] == "writer" else {}
+    spark = build_session(config, "laketide-bench-seen-files", master="local[2]", extra=extra)
     spark.sparkContext.setLogLevel("ERROR")
     peak = [0]
     stop = threading.Event()
@@ -176,37 +183,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             land(landing, args.files, args.days)
             print(f"landed {args.files:,} files over {args.days} days in {time.perf_counter() - t0:.0f}s", flush=True)
         results = {}
-        for age in args.ages.split(","):
-            home = workdir / f"run-{age}"
+        for age, settings in [(a, s) for a in args.ages.split(",") for s in args.settings.split(",")]:
+            run = f"{age} {settings}"
+            home = workdir / f"run-{age}-{settings}"
             shutil.rmtree(home, ignore_errors=True)
             copy = home / "landing"
             shutil.copytree(landing, copy, copy_function=shutil.copy2)  # keeps the modification times
             config = write_config(home, landing_path=str(copy), max_file_age=age, trigger_interval="5s",
                                   max_files_per_trigger=args.files_per_trigger,
                                   idle_window="60s")
-            spec = json.dumps({"config": str(config), "files": args.files})
+            spec = json.dumps({"config": str(config), "files": args.files, "settings": settings})
             done = subprocess.run([sys.executable, __file__, "--one", spec], env=config_env(config),
                                   capture_output=True, text=True, check=False)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
             if done.returncode != 0 or not lines:
                 print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
                 return 1
-            results[age] = json.loads(lines[-1])
+            results[run] = json.loads(lines[-1])
             shutil.rmtree(copy / "data", ignore_errors=True)
-            print(f"max_file_age {age}: {results[age]}", flush=True)
+            print(f"max_file_age {age}, {settings} settings: {results[run]}", flush=True)
         mib = 1024 * 1024
         print(f"\n{args.files:,} files over {args.days} days, {args.files_per_trigger} files per trigger")
-        print(f"{'max_file_age':>14} {'seen map':>10} {'heap MiB':>9} {'peak RSS MiB':>13} {'log MiB':>8} "
+        print(f"{'max_file_age settings':>22} {'seen map':>10} {'heap MiB':>9} {'peak RSS MiB':>13} {'log MiB':>8} "
               f"{'ingest s':>9} {'one look s':>11}  late file")
-        for age, r in results.items():
-            print(f"{age:>14} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
+        for run, r in results.items():
+            print(f"{run:>22} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
                   f"{r['log_bytes'] / mib:>8.1f} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
                   f"{late_outcome(r)}")
-        ages = list(results)
-        if len(ages) == 2:
-            a, b = results[ages[0]], results[ages[1]]
-            print(f"seen map {ages[0]} / {ages[1]}: {a['seen'] / max(b['seen'], 1):.2f}x; "
-                  f"heap {a['heap'] / max(b['heap'], 1):.2f}x")
+        runs = list(results)
+        for a, b in itertools.pairwise(runs):
+            print(f"{a} / {b}: seen map {results[a]['seen'] / max(results[b]['seen'], 1):.2f}x, "
+                  f"heap {results[a]['heap'] / max(results[b]['heap'], 1):.2f}x")
         return 0 if all(r["late_ingested"] for r in results.values()) else 1
     finally:
         if args.workdir is None:
