@@ -126,15 +126,33 @@ def run_one(spec: str) -> None:
         except Exception:
             return 0
 
-    while committed() < total:
+    def figures(files: int) -> dict[str, int]:
+        """The seen map, the heap in use after a full GC, the JVM's and this driver's resident memory, now."""
+        import psutil
+
+        try:
+            source = query._jsq.streamingQuery().sources().apply(0)  # the FileStreamSource (py4j, internal)
+            seen = int(source.seenFiles().size())
+        except Exception:  # no batch has run yet
+            seen = 0
+        runtime = spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+        spark._jvm.java.lang.System.gc()  # type: ignore[union-attr]
+        time.sleep(1)
+        return {"files": files, "seen": seen, "heap": int(runtime.totalMemory() - runtime.freeMemory()),
+                "jvm_rss": jvm_rss(os.getpid()), "driver_rss": psutil.Process().memory_info().rss}
+
+    # the same figures every tenth of the input: what grows with the files read shows as a slope
+    marks, series = [total * k // 10 for k in range(1, 10)], []
+    while (done := committed()) < total:
+        if marks and done >= marks[0]:
+            while marks and done >= marks[0]:
+                marks.pop(0)
+            series.append(figures(done))
         time.sleep(2)
     ingest_s = time.perf_counter() - started
-    source = query._jsq.streamingQuery().sources().apply(0)  # the FileStreamSource (py4j, internal)
-    seen = int(source.seenFiles().size())
-    runtime = spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
-    spark._jvm.java.lang.System.gc()  # type: ignore[union-attr]
-    time.sleep(1)
-    heap = int(runtime.totalMemory() - runtime.freeMemory())
+    last = figures(total)
+    series.append(last)
+    seen, heap = last["seen"], last["heap"]
     # the late file: 30 days old, landed after everything else was read
     late = LateFiles(stream)
     late.rescue()  # the first look reads the whole log (as after a restart)
@@ -156,7 +174,7 @@ def run_one(spec: str) -> None:
     log = sum(p.stat().st_size for p in (stream.checkpoint_path / "sources" / "0").iterdir())
     print(json.dumps({"seen": seen, "heap": heap, "peak_rss": peak[0], "ingest_s": ingest_s, "log_bytes": log,
                       "rescued": rescued == [path.name], "late_ingested": committed() == total + 1,
-                      "look_s": look_s}))
+                      "look_s": look_s, "series": series}))
     spark.stop()
 
 
@@ -210,6 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{run:>22} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
                   f"{r['log_bytes'] / mib:>8.1f} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
                   f"{late_outcome(r)}")
+        print("\nas the files are read (a full GC before each line; MiB):")
+        print(f"{'max_file_age settings':>22} {'files read':>11} {'seen map':>9} {'heap':>6} {'JVM RSS':>8} "
+              f"{'driver RSS':>11}")
+        for run, r in results.items():
+            for point in r["series"]:
+                print(f"{run:>22} {point['files']:>11,} {point['seen']:>9,} {point['heap'] / mib:>6.0f} "
+                      f"{point['jvm_rss'] / mib:>8.0f} {point['driver_rss'] / mib:>11.0f}")
         runs = list(results)
         for a, b in itertools.pairwise(runs):
             print(f"{a} / {b}: seen map {results[a]['seen'] / max(results[b]['seen'], 1):.2f}x, "
