@@ -78,21 +78,25 @@ def airflow_db() -> Path:
 
 @pytest.fixture(scope="session")
 def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One local SparkSession for in-process tests, wired to a throwaway SQLite catalog."""
+    """One local SparkSession for in-process tests (and writers: ``tests.helpers.ingest``), wired to a throwaway
+    SQLite catalog."""
+    from laketide.ingest.group import WRITER_SETTINGS
     from laketide.lake.spark import build_session
-    from tests.helpers import load, write_config
+    from tests.helpers import SESSION_CATALOGS, load, write_config
 
     home = tmp_path_factory.mktemp("spark-home")
     config = load(write_config(home))
-    session = build_session(config, "laketide-tests", master="local[2]")
+    # the writer application's settings: tests run the writer on this session too (tests.helpers.ingest)
+    session = build_session(config, "laketide-tests", master="local[2]", extra=WRITER_SETTINGS)
+    SESSION_CATALOGS[config.catalog.name] = config.catalog.uri
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
 @pytest.fixture(scope="session")
-def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
+def lake(spark: object, tmp_path_factory: pytest.TempPathFactory) -> object:
     """Four hours (one quiet) landed by the real producer and ingested by the real writer (see tests/lake.py)."""
     from tests.lake import build_lake
 
-    return build_lake(tmp_path_factory.mktemp("lake"))
+    return build_lake(tmp_path_factory.mktemp("lake"), spark)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,54 @@ def run_writer(config_path: Path, mode: str = "incremental", timeout: float = 30
     except subprocess.TimeoutExpired:
         kill_group(proc)
         raise
+
+
+def unique_catalog(prefix: str) -> str:
+    """A catalog name no other configuration of this test process uses (see :func:`ingest`)."""
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+#: the catalogs the test process's SparkSession has been pointed at: name -> the catalog database's URI
+SESSION_CATALOGS: dict[str, str] = {}
+
+
+def ingest(spark: Any, config_path: Path, group: str | None = None) -> None:
+    """Ingest what has landed with the real writer application (``laketide.ingest.group.run_group``, incremental
+    mode, the code ``spark_jobs/ingest_stream.py`` runs), here on the test process's SparkSession (the ``spark``
+    fixture) instead of in a writer process: stream 'clicks', or the streams of ``group``. Its log goes to the
+    home's ``writer.log``, as a writer process's does. A stream's error is raised (a process would exit with its
+    code).
+
+    For tests that need rows ingested by the writer. What is about the writer process itself (a SIGKILL, a SIGSTOP,
+    two processes at once, exit codes, the JVM's memory) starts the process (:func:`start_writer`,
+    :func:`run_writer`). The configuration needs a catalog name of its own (:func:`unique_catalog`): Spark keeps
+    the catalog of a name it has served, so a name must keep meaning one catalog database in this process."""
+    import logging
+
+    from laketide.ingest.group import run_group
+    from laketide.lake.spark import use_catalog
+    from laketide.logs import FORMAT
+
+    config = load(config_path)
+    name, uri = config.catalog.name, config.catalog.uri
+    bound = SESSION_CATALOGS.setdefault(name, uri)
+    if bound != uri:
+        raise AssertionError(f"catalog name {name!r} already serves {bound} in this test process's SparkSession: "
+                             "give the configuration a name of its own: write_config(catalog_name=unique_catalog(...))")
+    use_catalog(spark, config)
+    streams = config.group(group) if group else [config.stream("clicks")]
+    handler = logging.FileHandler(config_path.parent / "writer.log")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    logger = logging.getLogger("laketide")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        run_group(config, streams, "incremental", spark)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:

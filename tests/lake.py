@@ -9,11 +9,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from laketide.config import LaketideConfig
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, unique_catalog, write_config
 from tests.test_writer import produce
 
 IDLE = "3s"
@@ -47,17 +48,20 @@ def last_commit_time(config: LaketideConfig, table: str) -> datetime:
     return datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
 
 
-def build_lake(home: Path) -> Lake:
+def build_lake(home: Path, spark: Any) -> Lake:
+    """The lake in ``home``; the writer runs on ``spark``, the test process's session (``tests.helpers.ingest``)."""
     now_hour = current_hour()
     start = now_hour - timedelta(hours=4)
-    config_path = write_config(home, idle_window=IDLE, allowed_lateness=LATENESS, max_files_per_trigger=20)
+    config_path = write_config(home, catalog_name=unique_catalog("lake"), idle_window=IDLE, allowed_lateness=LATENESS,
+                               max_files_per_trigger=20)
     produce(config_path, "--start", start.isoformat(), "--hours", "4", "--events-per-hour", "600",
             "--events-per-file", "200", "--malformed-ratio", "0.02", "--late-ratio", "0.05", "--late-by", "8m",
             "--quiet-hours", "1", "--seed", "5")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     config = load(config_path)
     written = last_commit_time(config, config.stream("clicks").table)
-    time.sleep(3.5)  # let the idle window pass in real time (trigger and DAG tests use the real clock)
+    # let the idle window (3 s) pass in real time since the last commit (trigger and DAG tests use the real clock)
+    time.sleep(max(0.0, 3.5 - (datetime.now(UTC) - written).total_seconds()))
     return Lake(config_path, config, [start + timedelta(hours=i) for i in range(4)], written)
 
 

@@ -26,7 +26,7 @@ from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import parse_partition
 from laketide.redo import backfill as bf
 from laketide.redo.overwrite import check_against_table, record_outcome, table_facts, validate_request
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, write_config
 from tests.test_writer import START, assert_exactly_once, produce
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, An
     config_path = write_config(home, catalog_name="backfill", max_files_per_trigger=3)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "400", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--late-ratio", "0.05", "--late-by", "40m", "--seed", "31")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     use_catalog(spark, load(config_path))
     return config_path, spark
 

@@ -27,7 +27,7 @@ from laketide.close.status import history
 from laketide.lake.catalog import load_catalog
 from tests.airflow_api import ApiServer, api_server
 from tests.endpoint import ALERT_ENV, SINK_ENV, Endpoint, lines
-from tests.helpers import run_writer, writer_log
+from tests.helpers import ingest
 from tests.lake import Lake, build_lake, land_late
 
 pytestmark = pytest.mark.slow
@@ -43,6 +43,8 @@ class Env:
     sink: Path
     alerts: Path
     api: ApiServer
+    #: the test process's Spark session, on which the writer runs (``tests.helpers.ingest``)
+    spark: Any
 
     def marker_path(self, hour: int) -> Path:
         from laketide.config import load_config
@@ -55,8 +57,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    lake = build_lake(tmp_path_factory.mktemp("close-lake"))
+def env(airflow_db: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    lake = build_lake(tmp_path_factory.mktemp("close-lake"), spark)
     side = tmp_path_factory.mktemp("close-side")
     endpoint = Endpoint()
     with api_server(airflow_db, side / "api-server.log") as api, pytest.MonkeyPatch.context() as mp:
@@ -86,7 +88,7 @@ def env(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactory) 
         assert {"close_hour.done_markers", "close_ready.done_markers", "reclose_done_markers"} <= set(close.task_ids)
         assert close.get_task("close_hour.done_markers").upstream_task_ids == {"close_hour.close"}
         assert bag.dags["laketide_redo"].get_task("done_markers_clicks").upstream_task_ids == {"reclose_clicks"}
-        yield Env(lake, bag.dags[DAG_ID], endpoint, side / "callable.jsonl", side / "alerts.jsonl", api)
+        yield Env(lake, bag.dags[DAG_ID], endpoint, side / "callable.jsonl", side / "alerts.jsonl", api, spark)
     endpoint.stop()
 
 
@@ -204,7 +206,7 @@ def test_late_rows_after_close_reopen_and_reclose(env: Env) -> None:
     lake, dag = env.lake, env.dag
     before = lake_rows(lake)[lake.key(0)]
     land_late(lake, lake.hours[0], events=40, seed=99)
-    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    ingest(env.spark, lake.config_path)
     audit, rows, rejects = lake_rows(lake)[lake.key(0)]
     assert rows == before[1] + 40 and audit == before[0] + 40
 

@@ -18,7 +18,7 @@ from laketide.ingest.landing import data_dir, name_hour, publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import DUPLICATES_DROPPED
 from laketide.lake.hours import parse_partition
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, write_config, writer_log
 from tests.test_writer import START, lineage_summaries, produce
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def test_resent_files_add_no_row_and_reconcile(spark: Any, tmp_path: Path) -> No
     # lands before the first run: ingested after the originals by the same writer, in later batches (several
     # batches: each one dedupes against the commits of the previous ones)
     resend(config_path, H[1].isoformat(), 100)
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     config = load(config_path)
     stream = config.stream("clicks")
     report = reconcile(config, stream)
@@ -54,7 +54,7 @@ def test_resent_files_add_no_row_and_reconcile(spark: Any, tmp_path: Path) -> No
     assert first[H[0].isoformat()].duplicates == 0
 
     resend(config_path, H[0].isoformat(), 200)  # after them: dropped against the table
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     report = reconcile(config, stream)
     assert report.ok and report.duplicate_ids == {}, report
     again = {p.partition: p for p in report.partitions}

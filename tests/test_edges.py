@@ -41,7 +41,8 @@ from laketide.ingest.landing import (
 )
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest as run_group_here
+from tests.helpers import load, unique_catalog, write_config, writer_log
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +54,8 @@ LATENESS = timedelta(minutes=10)
 class Edges:
     config_path: Path
     config: LaketideConfig
+    #: the test process's Spark session, on which the writer runs (``tests.helpers.ingest``)
+    spark: Any
     #: the current real hour when the lake was built
     hour: datetime
     #: when its events were stamped (the writer's clock, a little before the first commit)
@@ -80,21 +83,21 @@ def snapshot_summary(config: LaketideConfig) -> dict[str, str]:
 
 
 def ingest(edges: Edges) -> None:
-    assert run_writer(edges.config_path) == 0, writer_log(edges.config_path)
+    run_group_here(edges.spark, edges.config_path)
 
 
 @pytest.fixture(scope="module")
-def edges(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edges]:
+def edges(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edges]:
     home = tmp_path_factory.mktemp("edges")
     # a catalog name of its own: the Spark test reads this lake in the test process's shared session
-    config_path = write_config(home, catalog_name="edges", allowed_lateness="10m", idle_window="5m",
+    config_path = write_config(home, catalog_name=unique_catalog("edges"), allowed_lateness="10m", idle_window="5m",
                                max_files_per_trigger=20)
     now = datetime.now(UTC)
     stamped = now - timedelta(seconds=30)
     if (stamped + timedelta(seconds=5)).replace(minute=0, second=0, microsecond=0) != stamped.replace(
             minute=0, second=0, microsecond=0):
         stamped -= timedelta(seconds=10)  # keep one file's events in one hour
-    yield Edges(config_path, load(config_path), stamped.replace(minute=0, second=0, microsecond=0), stamped)
+    yield Edges(config_path, load(config_path), spark, stamped.replace(minute=0, second=0, microsecond=0), stamped)
 
 
 # -- a producer whose clock runs ahead ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ import random
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from laketide.dev.producer import make_event
 from laketide.ingest.landing import publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import read_checkpoint, table_marker
-from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
+from tests.helpers import ingest, kill_group, load, start_writer, unique_catalog, wait_for, writer_log
 from tests.test_writer import assert_exactly_once, landed
 
 pytestmark = pytest.mark.slow
@@ -43,9 +44,13 @@ def marker_batch(config_path: Path, table_attr: str = "table") -> int | None:
 )
 @pytest.mark.parametrize("commit_path", ["internal", "public"])
 def test_kill_and_restart(
-    tmp_path: Path, point: str, events_batch: int, rejects_batch: int, spark_committed: int, commit_path: str
+    spark: Any, tmp_path: Path, point: str, events_batch: int, rejects_batch: int, spark_committed: int,
+    commit_path: str
 ) -> None:
-    config_path = landed(tmp_path, max_files_per_trigger=5, commit_path=commit_path)
+    """The writer process is SIGKILLed at the fault point; the writer that restarts from what it left (the
+    checkpoint, the catalog, the written files) runs on this process's Spark session."""
+    config_path = landed(tmp_path, catalog_name=unique_catalog("faults"), max_files_per_trigger=5,
+                         commit_path=commit_path)
     faults = tmp_path / "faults"
     batch = 2 if point == "batch_start" else 1
     proc = start_writer(config_path, LAKETIDE_FAULT=f"{point}:{batch}", LAKETIDE_FAULT_DIR=str(faults))
@@ -58,7 +63,7 @@ def test_kill_and_restart(
     state = read_checkpoint(load(config_path).stream("clicks").checkpoint_path)
     assert state.last_commit == spark_committed
 
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     if point == "after_commit":
         assert "batch 1 already committed to lake.clicks by clicks-writer: skipped" in writer_log(config_path)
     assert_exactly_once(config_path)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,10 +30,11 @@ from laketide.lake import writer_status
 from laketide.lake.commits import read_checkpoint
 from laketide.lake.lease import engine_for
 from tests.helpers import (
+    ingest,
     kill_group,
     load,
-    run_writer,
     start_writer,
+    unique_catalog,
     wait_for,
     write_group_config,
     writer_log,
@@ -42,6 +44,8 @@ from tests.test_writer import assert_exactly_once, produce
 pytestmark = pytest.mark.slow
 
 GROUP = "g"
+#: the module lake's catalog: its applications run in writer processes and on this process's Spark session
+CATALOG = unique_catalog("group")
 START = "2026-11-21T20:00:00+00:00"
 
 
@@ -61,22 +65,24 @@ def committed(config_path: Path, name: str) -> int:
 def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("group")
     # a short lease: a frozen application is overtaken within seconds; a 1 s trigger: batches follow each other
-    path = write_group_config(home, ["a", "b"], GROUP, writer_lease="5s", trigger_interval="1s",
+    path = write_group_config(home, ["a", "b"], GROUP, catalog_name=CATALOG, writer_lease="5s", trigger_interval="1s",
                               max_files_per_trigger=2)
     for i, name in enumerate(("a", "b", "c")):
         land(path, name, START, seed=10 + i)
     yield path
 
 
-def test_a_stream_added_to_the_group_starts_from_nothing(lake: Path) -> None:
-    assert run_writer(lake, group=GROUP) == 0, writer_log(lake)
+def test_a_stream_added_to_the_group_starts_from_nothing(spark: Any, lake: Path) -> None:
+    """The application runs on this process's Spark session (``tests.helpers.ingest``): the same group code as a
+    writer process."""
+    ingest(spark, lake, group=GROUP)
     before = {n: assert_exactly_once(lake, n) for n in ("a", "b")}
     batches = {n: committed(lake, n) for n in ("a", "b")}
     # the configuration gains stream c (landed already); a gets more files
-    write_group_config(lake.parent, ["a", "b", "c"], GROUP, writer_lease="5s", trigger_interval="1s",
-                       max_files_per_trigger=2)
+    write_group_config(lake.parent, ["a", "b", "c"], GROUP, catalog_name=CATALOG, writer_lease="5s",
+                       trigger_interval="1s", max_files_per_trigger=2)
     land(lake, "a", "2026-11-21T21:00:00+00:00", seed=20)
-    assert run_writer(lake, group=GROUP) == 0, writer_log(lake)
+    ingest(spark, lake, group=GROUP)
     assert committed(lake, "b") == batches["b"]  # nothing new for b: its checkpoint untouched
     assert committed(lake, "a") > batches["a"]
     assert assert_exactly_once(lake, "b") == before["b"]
@@ -87,7 +93,9 @@ def test_a_stream_added_to_the_group_starts_from_nothing(lake: Path) -> None:
 
 @pytest.mark.parametrize(("k", "point", "stream"), [(1, "batch_start", "a"), (2, "before_commit", "b"),
                                                     (3, "between_tables", "c"), (4, "after_commit", "a")])
-def test_killed_at_each_commit_point_of_one_stream(lake: Path, k: int, point: str, stream: str) -> None:
+def test_killed_at_each_commit_point_of_one_stream(spark: Any, lake: Path, k: int, point: str, stream: str) -> None:
+    """The writer application's process is SIGKILLed; the application that restarts from what it left runs on this
+    process's Spark session."""
     faults = lake.parent / "faults" / f"{point}-{stream}"
     for i, name in enumerate(("a", "b", "c")):  # an hour of new files for every stream
         hour = datetime(2026, 11, 21, 21, tzinfo=UTC) + timedelta(hours=k)
@@ -96,7 +104,7 @@ def test_killed_at_each_commit_point_of_one_stream(lake: Path, k: int, point: st
     proc = start_writer(lake, group=GROUP, LAKETIDE_FAULT=f"{point}:{batch}:{stream}", LAKETIDE_FAULT_DIR=str(faults))
     wait_for(faults / f"{point}-{batch}.reached", proc)
     kill_group(proc)  # SIGKILL: every stream of the application dies at once, mid-batch for one of them
-    assert run_writer(lake, group=GROUP) == 0, writer_log(lake)
+    ingest(spark, lake, group=GROUP)
     for name in ("a", "b", "c"):
         assert_exactly_once(lake, name)
 

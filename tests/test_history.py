@@ -21,7 +21,7 @@ from laketide.close.status import history
 from laketide.errors import RangeError
 from laketide.lake.hours import partition_key
 from tests.airflow_api import sync_dags
-from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, write_config, writer_log
+from tests.helpers import ingest, kill_group, load, start_writer, unique_catalog, wait_for, write_config
 from tests.test_writer import produce
 
 DAG_ID = "laketide_close_clicks"
@@ -65,11 +65,12 @@ def test_bad_range_is_refused(start: str | None, end: str | None, message: str) 
 # -- over a real replay ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def replay(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
-    """36 hours of 2012 landed and ingested for a stream that replays history (``live: false``); the writer is
-    killed between its two commits of batch 1 and restarted."""
+def replay(airflow_db: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+    """36 hours of 2012 landed and ingested for a stream that replays history (``live: false``); the writer process
+    is killed between its two commits of batch 1 and the writer restarts (on this process's Spark session)."""
     home = tmp_path_factory.mktemp("history")
-    config_path = write_config(home, live=False, idle_window="3s", allowed_lateness="10m", max_files_per_trigger=25)
+    config_path = write_config(home, catalog_name=unique_catalog("history"), live=False, idle_window="3s",
+                               allowed_lateness="10m", max_files_per_trigger=25)
     produce(config_path, "--start", START.isoformat(), "--hours", str(HOURS), "--events-per-hour", "40",
             "--events-per-file", "40", "--malformed-ratio", "0.03", "--late-ratio", "0.1", "--late-by", "20m",
             "--quiet-hours", ",".join(map(str, QUIET)), "--seed", "12")
@@ -77,7 +78,7 @@ def replay(airflow_db: Path, jars: Path, tmp_path_factory: pytest.TempPathFactor
     proc = start_writer(config_path, LAKETIDE_FAULT="between_tables:1", LAKETIDE_FAULT_DIR=str(faults))
     wait_for(faults / "between_tables-1.reached", proc)
     kill_group(proc)
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAKETIDE_CONFIG", str(config_path))
         mp.setenv("LAKETIDE__CLOSE__POKE_INTERVAL", "1s")

@@ -10,6 +10,7 @@ import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from laketide.lake import commits
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import SOURCE_STATS, source_position
 from laketide.lake.hours import partition_key
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, unique_catalog, write_config
 from tests.test_writer import lineage_summaries, produce
 
 pytestmark = pytest.mark.slow
@@ -53,12 +54,12 @@ def ids(path: Path) -> set[str]:
     return {json.loads(line)["event_id"] for line in path.read_text().splitlines() if line.strip()}
 
 
-def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_every_file_is_ingested_or_reported_by_name(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    config_path = write_config(tmp_path, max_files_per_trigger=20)
+    config_path = write_config(tmp_path, catalog_name=unique_catalog("reports"), max_files_per_trigger=20)
     produce(config_path, "--start", H0.isoformat(), "--hours", "2", "--events-per-hour", "200",
             "--events-per-file", "100", "--seed", "3")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     config = load(config_path)
     stream = config.stream("clicks")
     root = Path(stream.landing_path)
@@ -89,7 +90,7 @@ def test_every_file_is_ingested_or_reported_by_name(tmp_path: Path, monkeypatch:
     miscounted = put(root, "20261121T22-hand-00000005-0000abcd.jsonl", [event(H2, m) for m in (4, 5, 6)], {H2: 5})
     split = put(root, "20261121T22-hand-00000006-0000abcd.jsonl",
                 [event(H2, 8), event(H2, 9), event(H3, 1), event(H3, 2)], {H2: 4})
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     good |= ids(orphan) | ids(miscounted) | ids(split)
 
     report = reconcile(config, stream)

@@ -40,7 +40,7 @@ from laketide.maintain import plan
 from laketide.maintain.health import file_counts, format_health, health
 from laketide.maintain.job import Maintainer
 from laketide.maintain.record import MaintenanceRecord, history
-from tests.helpers import kill_group, load, run_writer, start_writer, wait_for, writer_log
+from tests.helpers import ingest, kill_group, load, start_writer, wait_for, writer_log
 from tests.test_writer import START, assert_exactly_once
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,7 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
                                defaults={"min_snapshots": 1, "snapshot_retention": "8h", "orphan_age": "1d"})
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "500", "--events-per-file", "100",
             "--malformed-ratio", "0.03", "--late-ratio", "0.05", "--late-by", "40m", "--seed", "11")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     config = load(config_path)
     catalog = load_catalog(config.catalog)
     lake = assert_exactly_once(config_path)
@@ -171,7 +171,7 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     kill_group(proc)
     killed = data_files_on_disk(config, EVENTS) - on_disk
     assert killed, "the killed attempt left no data file"
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     lake = assert_exactly_once(config_path)  # the marker survived expiry: no duplicate, nothing lost
     assert "2026-11-22T02:00:00+00:00" in lake
 

@@ -27,7 +27,17 @@ from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import REDO_ID, read_checkpoint, table_marker
 from laketide.redo.checkpoint import backup_path
 from laketide.redo.params import check_identifier, check_range, validate
-from tests.helpers import config_env, load, run_writer, start_writer, wait_for_log, write_config, writer_log
+from tests.helpers import (
+    config_env,
+    ingest,
+    load,
+    run_writer,
+    start_writer,
+    unique_catalog,
+    wait_for_log,
+    write_config,
+    writer_log,
+)
 from tests.test_writer import assert_exactly_once, produce
 
 pytestmark = pytest.mark.slow
@@ -93,13 +103,13 @@ def assert_checkpoint_matches(lake: Lake) -> None:
 
 
 @pytest.fixture(scope="module")
-def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lake:
     """Two hours ingested (the good snapshot), two more landed and ingested after it, then the table corrupted."""
     home = tmp_path_factory.mktemp("redo-lake")
-    config_path = write_config(home, max_files_per_trigger=3, live=False)
+    config_path = write_config(home, catalog_name=unique_catalog("redo"), max_files_per_trigger=3, live=False)
     produce(config_path, "--start", START, "--hours", "2", "--events-per-hour", "300", "--events-per-file", "100",
             "--malformed-ratio", "0.03", "--seed", "21")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     config = load(config_path)
     stream = config.stream("clicks")
     good = load_catalog(config.catalog).load_table(stream.table).metadata.current_snapshot_id
@@ -107,7 +117,7 @@ def lake(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Lake:
     produce(config_path, "--start", "2026-11-20T10:00:00+00:00", "--hours", "2", "--events-per-hour", "300",
             "--events-per-file", "100", "--malformed-ratio", "0.03", "--late-ratio", "0.1", "--late-by", "20m",
             "--seed", "22")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     assert_exactly_once(config_path)
     return Lake(config_path, config, good)
 
@@ -186,7 +196,7 @@ def test_dry_run_reports_and_changes_nothing(lake: Lake) -> None:
     assert not list(lake.stream.checkpoint_path.parent.glob("*.redo-*"))
 
 
-def test_redo_restores_every_hour_and_the_writer_resumes_exactly_once(lake: Lake) -> None:
+def test_redo_restores_every_hour_and_the_writer_resumes_exactly_once(spark: Any, lake: Lake) -> None:
     with pytest.raises(AssertionError):
         assert_exactly_once(lake.config_path)  # corrupted by the previous test
     assert redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "fix-1",
@@ -203,7 +213,7 @@ def test_redo_restores_every_hour_and_the_writer_resumes_exactly_once(lake: Lake
     # the stream resumes: new events exactly once, nothing twice
     produce(lake.config_path, "--start", "2026-11-20T12:00:00+00:00", "--hours", "1", "--events-per-hour", "200",
             "--events-per-file", "100", "--seed", "23")
-    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    ingest(spark, lake.config_path)
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
 
@@ -220,7 +230,7 @@ def test_redo_twice_gives_the_same_table(lake: Lake) -> None:
     assert "a redo of clicks with this id has finished" in redo_log(lake.config_path)
 
 
-def test_a_redo_killed_midway_finishes_when_run_again(lake: Lake) -> None:
+def test_a_redo_killed_midway_finishes_when_run_again(spark: Any, lake: Lake) -> None:
     expected = table_content(lake)
     offset = len(redo_log(lake.config_path))
     proc = start_redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "kill-1")
@@ -237,11 +247,11 @@ def test_a_redo_killed_midway_finishes_when_run_again(lake: Lake) -> None:
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
-    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    ingest(spark, lake.config_path)
     assert table_content(lake) == expected
 
 
-def test_redo_stops_and_holds_the_live_writer(lake: Lake, tmp_path: Path) -> None:
+def test_redo_stops_and_holds_the_live_writer(spark: Any, lake: Lake, tmp_path: Path) -> None:
     """A running writer is stopped between batches; while the redo runs no writer can start (exit 4, as the
     ingest DAG's restarts would be refused); afterwards the writer resumes exactly once."""
     expected = table_content(lake)
@@ -266,7 +276,7 @@ def test_redo_stops_and_holds_the_live_writer(lake: Lake, tmp_path: Path) -> Non
     reached.with_suffix(".release").touch()
     assert proc.wait(timeout=400) == 0, redo_log(lake.config_path)
     assert table_content(lake) == expected
-    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    ingest(spark, lake.config_path)
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
@@ -332,7 +342,7 @@ def test_dag_test_sends_the_form_params(lake: Lake, airflow_db: Path, monkeypatc
     assert reopened and closed and closed == decided
 
 
-def test_a_table_rolled_back_by_hand_is_redone_from_its_current_snapshot(lake: Lake) -> None:
+def test_a_table_rolled_back_by_hand_is_redone_from_its_current_snapshot(spark: Any, lake: Lake) -> None:
     """The writer refuses a checkpoint ahead of its table (rolled back by hand); a redo from the snapshot the table
     is at (``at`` = now) brings the checkpoint and the rejects table in line and ingests the rest again."""
     from datetime import UTC, datetime
@@ -348,11 +358,11 @@ def test_a_table_rolled_back_by_hand_is_redone_from_its_current_snapshot(lake: L
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
-    assert run_writer(lake.config_path) == 0, writer_log(lake.config_path)
+    ingest(spark, lake.config_path)
     assert table_content(lake) == expected
 
 
-def test_redo_on_postgresql(jars: Path, tmp_path: Path) -> None:
+def test_redo_on_postgresql(spark: Any, tmp_path: Path) -> None:
     """The same redo with the catalog (and the leases) on a real PostgreSQL server."""
     from tests.pg import PgCluster
     from tests.test_fencing import use_catalog
@@ -360,17 +370,18 @@ def test_redo_on_postgresql(jars: Path, tmp_path: Path) -> None:
     cluster = PgCluster()
     cluster.start()
     try:
-        config_path = use_catalog(write_config(tmp_path, max_files_per_trigger=3, live=False),
+        config_path = use_catalog(write_config(tmp_path, catalog_name=unique_catalog("redo_pg"),
+                                               max_files_per_trigger=3, live=False),
                                   cluster.createdb("catalog"))
         produce(config_path, "--start", START, "--hours", "1", "--events-per-hour", "200", "--events-per-file", "100",
                 "--malformed-ratio", "0.05", "--seed", "31")
-        assert run_writer(config_path) == 0, writer_log(config_path)
+        ingest(spark, config_path)
         config = load(config_path)
         good = load_catalog(config.catalog).load_table("lake.clicks").metadata.current_snapshot_id
         assert good is not None
         produce(config_path, "--start", "2026-11-20T09:00:00+00:00", "--hours", "1", "--events-per-hour", "200",
                 "--events-per-file", "100", "--malformed-ratio", "0.05", "--seed", "32")
-        assert run_writer(config_path) == 0, writer_log(config_path)
+        ingest(spark, config_path)
         lake = Lake(config_path, config, good)
         expected = table_content(lake)
         corrupt(lake)
@@ -381,7 +392,7 @@ def test_redo_on_postgresql(jars: Path, tmp_path: Path) -> None:
         assert_checkpoint_matches(lake)
         produce(config_path, "--start", "2026-11-20T10:00:00+00:00", "--hours", "1", "--events-per-hour", "100",
                 "--events-per-file", "100", "--seed", "33")
-        assert run_writer(config_path) == 0, writer_log(config_path)
+        ingest(spark, config_path)
         assert_exactly_once(config_path)
         assert_checkpoint_matches(lake)
     finally:

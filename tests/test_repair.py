@@ -25,7 +25,7 @@ from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import parse_partition
 from laketide.redo import repair as rp
 from laketide.redo.overwrite import check_against_table, record_outcome, table_facts, validate_request
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, write_config
 from tests.test_backfill import metadata, table_rows
 from tests.test_writer import START, produce
 
@@ -47,14 +47,14 @@ def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, An
     config_path = write_config(home, catalog_name="repair", max_files_per_trigger=3)
     produce(config_path, "--start", START, "--hours", "3", "--events-per-hour", "300", "--events-per-file", "100",
             "--malformed-ratio", "0.04", "--seed", "41")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     config = load(config_path)
     stream = config.stream("clicks")
     originals = sorted(p for p in data_dir(stream.landing_path).glob("*.jsonl") if name_hour(p.name) == START)
     for seq, path in enumerate(originals):
         lines = [line for line in path.read_bytes().splitlines() if line.strip()]
         publish(stream.landing_path, lines, START, "resender", 900 + seq, "clicks")
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     use_catalog(spark, config)
     return config_path, spark
 

@@ -26,7 +26,7 @@ from laketide.ingest.landing import publish
 from laketide.ingest.schema import REQUIRED_PROPERTY, SchemaChange, plan_change, required_property
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import parse_partition, partition_key
-from tests.helpers import STREAM_FIELDS, load, run_writer, write_config, writer_log
+from tests.helpers import STREAM_FIELDS, ingest, load, write_config, writer_log
 from tests.test_redo import redo, redo_log
 from tests.test_writer import assert_exactly_once
 
@@ -153,7 +153,7 @@ def test_a_field_added_mid_stream(spark: Any, tmp_path: Path) -> None:
     # hour 0, written before the change: some producers already send 'coupon' (ignored), one line is malformed
     land(config_path, H0, [[line(i, H0, **({"coupon": f"c{i}"} if i % 3 == 0 else {})) for i in range(f, f + 40)]
                            for f in (0, 40, 80)] + [["{not json"]], 0)
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     table = load_catalog(load(config_path).catalog).load_table("lake.clicks")
     assert "coupon" not in table.schema().column_names and table.properties[REQUIRED_PROPERTY] == \
         "event_id,event_time,page,user_id"
@@ -164,7 +164,7 @@ def test_a_field_added_mid_stream(spark: Any, tmp_path: Path) -> None:
     # the change: a new optional field, duration_ms widened, unknown fields kept; hour 1 carries the new field
     reconfigure(config_path, AFTER, unknown_fields="keep")
     land(config_path, H1, [[line(i, H1, coupon=f"n{i}", promo="x") for i in range(f, f + 50)] for f in (0, 50)], 10)
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     log = writer_log(config_path)
     assert "column coupon string added (rows already written read null)" in log
     assert "column duration_ms widened from int to bigint" in log

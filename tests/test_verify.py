@@ -24,7 +24,7 @@ from laketide.errors import LaketideError
 from laketide.ingest.landing import expected_counts
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import parse_partition
-from tests.helpers import load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, unique_catalog, write_config
 from tests.test_writer import landed, produce
 
 pytestmark = pytest.mark.slow
@@ -55,9 +55,9 @@ class Lake:
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
-    config_path = landed(tmp_path_factory.mktemp("verify"))
-    assert run_writer(config_path) == 0, writer_log(config_path)
+def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    config_path = landed(tmp_path_factory.mktemp("verify"), catalog_name=unique_catalog("verify"))
+    ingest(spark, config_path)
     config = load(config_path)
     stream = config.stream("clicks")
     report = reconcile(config, stream)

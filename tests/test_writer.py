@@ -4,8 +4,6 @@ ingests them into real Iceberg tables on a real SQLite catalog, and every partit
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -16,7 +14,7 @@ from laketide.close.reconcile import reconcile
 from laketide.ingest.landing import data_dir, expected_counts
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import BATCH_ID, PARTITION_ROWS, SOURCE_FILES, WATERMARK, WRITER_ID
-from tests.helpers import config_env, load, run_writer, write_config, writer_log
+from tests.helpers import ingest, load, run_writer, unique_catalog, write_config, writer_log
 
 pytestmark = pytest.mark.slow
 
@@ -24,10 +22,14 @@ START = "2026-11-21T20:00:00+00:00"
 
 
 def produce(config_path: Path, *args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "laketide.dev.producer", "--mode", "backfill", *args],
-        env=config_env(config_path), check=True, capture_output=True,
-    )
+    """The bundled producer's backfill (``python -m laketide.dev.producer --mode backfill ...``), run in this
+    process: its command line with ``config_path``."""
+    from laketide.config.loading import _cached
+    from laketide.dev import producer
+
+    _cached.cache_clear()  # the configuration file may have changed since it was last read
+    code = producer.main(["--config", str(config_path), "--mode", "backfill", *args])
+    assert code == 0, f"the producer exited with {code}"
 
 
 def landed(home: Path, **stream: object) -> Path:
@@ -80,8 +82,8 @@ def commit_path(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def test_end_to_end_exactly_once(tmp_path: Path, commit_path: str) -> None:
-    config_path = landed(tmp_path, commit_path=commit_path)
+def test_end_to_end_exactly_once(spark: Any, tmp_path: Path, commit_path: str) -> None:
+    config_path = landed(tmp_path, catalog_name=unique_catalog("e2e"), commit_path=commit_path)
     add_blank_lines(config_path)
     assert run_writer(config_path) == 0, writer_log(config_path)
     lake = assert_exactly_once(config_path)
@@ -119,16 +121,17 @@ def test_end_to_end_exactly_once(tmp_path: Path, commit_path: str) -> None:
     assert set(rejects.column_names) >= {"raw", "reason", "source_file", "event_hour", "batch_id"}
     assert all(r for r in rejects["reason"].to_pylist())
 
-    # running again changes nothing: no new snapshot, same counts
+    # running again (here on this process's Spark session: tests.helpers.ingest) changes nothing: no new snapshot,
+    # same counts
     before = events.metadata.current_snapshot_id
-    assert run_writer(config_path) == 0, writer_log(config_path)
+    ingest(spark, config_path)
     assert catalog.load_table(stream.table).metadata.current_snapshot_id == before
     assert assert_exactly_once(config_path) == lake
 
 
-def test_lost_checkpoint_refuses_to_start_and_changes_nothing(tmp_path: Path) -> None:
-    config_path = landed(tmp_path)
-    assert run_writer(config_path) == 0, writer_log(config_path)
+def test_lost_checkpoint_refuses_to_start_and_changes_nothing(spark: Any, tmp_path: Path) -> None:
+    config_path = landed(tmp_path, catalog_name=unique_catalog("lost"))
+    ingest(spark, config_path)
     config = load(config_path)
     stream = config.stream("clicks")
     catalog = load_catalog(config.catalog)
