@@ -52,8 +52,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Every Spark JVM of the suite starts with the options of ``tests/jvm.py`` (their class-data-sharing archive
-    is built here once per machine and class path; each test worker waits for the one that builds it)."""
+    """Every Spark JVM of the suite starts with the options of ``tests/jvm.py``. Their class-data-sharing archive is
+    built once per machine and class path, by ``make test-jvm`` before the tests (``make test`` runs it), or here
+    when it is missing (each test worker waits for the one that builds it)."""
     from tests.jvm import ensure_archive, java_options
 
     if JAVA_OPTIONS_ENV not in os.environ:

@@ -96,3 +96,13 @@ def ensure_archive(jars_dir: Path) -> Path | None:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
             shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":  # ``make test-jvm``: the archive is built as part of the tests' set-up
+    from laketide.lake.jars import provision
+    from tests.helpers import JARS_DIR
+
+    provision(JARS_DIR)
+    built = ensure_archive(JARS_DIR)
+    print(f"test JVMs' class-data archive: {built}" if built else
+          "test JVMs' class-data archive: the JVM could not build one (the tests run without it)")
