@@ -80,12 +80,37 @@ def land(landing: Path, files: int, days: int) -> None:
         os.utime(path, (at.timestamp(), at.timestamp()))
 
 
-def jvm_rss(pid: int) -> int:
-    """Resident memory (bytes) of the JVM child of process ``pid`` (the py4j gateway's java), 0 if none."""
+def jvm_of(pid: int) -> int | None:
+    """The JVM child of process ``pid`` (the py4j gateway's java)."""
     import psutil
 
     children = [c for c in psutil.Process(pid).children(recursive=True) if "java" in c.name()]
-    return max((c.memory_info().rss for c in children), default=0)
+    return children[0].pid if children else None
+
+
+def jvm_rss(pid: int) -> int:
+    """Resident memory (bytes) of the JVM child of process ``pid``, 0 if none."""
+    import psutil
+
+    jvm = jvm_of(pid)
+    return psutil.Process(jvm).memory_info().rss if jvm else 0
+
+
+def live_heap(pid: int, top: int = 8) -> tuple[int, list[tuple[str, int]]]:
+    """The bytes of live objects in the JVM of process ``pid`` and its ``top`` classes by bytes, from
+    ``jcmd GC.class_histogram`` (which runs a full GC first)."""
+    jvm = jvm_of(pid)
+    if jvm is None:
+        return 0, []
+    out = subprocess.run(["jcmd", str(jvm), "GC.class_histogram"], capture_output=True, text=True, check=True).stdout
+    rows, total = [], 0
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0].rstrip(":").isdigit():
+            rows.append((parts[3], int(parts[2])))
+        elif parts[:1] == ["Total"]:
+            total = int(parts[2])
+    return total, rows[:top]
 
 
 def run_one(spec: str) -> None:
@@ -126,8 +151,9 @@ def run_one(spec: str) -> None:
         except Exception:
             return 0
 
-    def figures(files: int) -> dict[str, int]:
-        """The seen map, the heap in use after a full GC, the JVM's and this driver's resident memory, now."""
+    def figures(files: int) -> dict[str, object]:
+        """The seen map, the live heap (after a full GC, and the context cleaner's pass over what it freed: the
+        batches' broadcasts), its largest classes, the JVM's and this driver's resident memory, now."""
         import psutil
 
         try:
@@ -135,10 +161,10 @@ def run_one(spec: str) -> None:
             seen = int(source.seenFiles().size())
         except Exception:  # no batch has run yet
             seen = 0
-        runtime = spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
         spark._jvm.java.lang.System.gc()  # type: ignore[union-attr]
-        time.sleep(1)
-        return {"files": files, "seen": seen, "heap": int(runtime.totalMemory() - runtime.freeMemory()),
+        time.sleep(2)
+        heap, classes = live_heap(os.getpid())
+        return {"files": files, "seen": seen, "heap": heap, "classes": classes,
                 "jvm_rss": jvm_rss(os.getpid()), "driver_rss": psutil.Process().memory_info().rss}
 
     # the same figures every tenth of the input: what grows with the files read shows as a slope
@@ -152,7 +178,7 @@ def run_one(spec: str) -> None:
     ingest_s = time.perf_counter() - started
     last = figures(total)
     series.append(last)
-    seen, heap = last["seen"], last["heap"]
+    seen, heap = int(last["seen"]), int(last["heap"])  # type: ignore[call-overload]
     # the late file: 30 days old, landed after everything else was read
     late = LateFiles(stream)
     late.rescue()  # the first look reads the whole log (as after a restart)
@@ -228,13 +254,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{run:>22} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
                   f"{r['log_bytes'] / mib:>8.1f} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
                   f"{late_outcome(r)}")
-        print("\nas the files are read (a full GC before each line; MiB):")
+        print("\nas the files are read (live heap: after a full GC; MiB):")
         print(f"{'max_file_age settings':>22} {'files read':>11} {'seen map':>9} {'heap':>6} {'JVM RSS':>8} "
               f"{'driver RSS':>11}")
         for run, r in results.items():
             for point in r["series"]:
                 print(f"{run:>22} {point['files']:>11,} {point['seen']:>9,} {point['heap'] / mib:>6.0f} "
                       f"{point['jvm_rss'] / mib:>8.0f} {point['driver_rss'] / mib:>11.0f}")
+        for run, r in results.items():  # what the live heap holds, first and last look
+            for point in (r["series"][0], r["series"][-1]):
+                top = ", ".join(f"{name} {size / mib:.0f}" for name, size in point["classes"][:6])
+                print(f"{run}, {point['files']:,} files read, largest classes (MiB): {top}")
         runs = list(results)
         for a, b in itertools.pairwise(runs):
             print(f"{a} / {b}: seen map {results[a]['seen'] / max(results[b]['seen'], 1):.2f}x, "
