@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class Env:
     api: ApiServer
     #: the test process's Spark session, on which the writer runs (``tests.helpers.ingest``)
     spark: Any
+    #: when the module's lake was built
+    since: datetime
 
     def marker_path(self, hour: int) -> Path:
         from laketide.config import load_config
@@ -58,6 +60,7 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(airflow_db: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    since = datetime.now(UTC)
     lake = build_lake(tmp_path_factory.mktemp("close-lake"), spark)
     side = tmp_path_factory.mktemp("close-side")
     endpoint = Endpoint()
@@ -88,7 +91,7 @@ def env(airflow_db: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) 
         assert {"close_hour.done_markers", "close_ready.done_markers", "reclose_done_markers"} <= set(close.task_ids)
         assert close.get_task("close_hour.done_markers").upstream_task_ids == {"close_hour.close"}
         assert bag.dags["laketide_redo"].get_task("done_markers_clicks").upstream_task_ids == {"reclose_clicks"}
-        yield Env(lake, bag.dags[DAG_ID], endpoint, side / "callable.jsonl", side / "alerts.jsonl", api, spark)
+        yield Env(lake, bag.dags[DAG_ID], endpoint, side / "callable.jsonl", side / "alerts.jsonl", api, spark, since)
     endpoint.stop()
 
 
@@ -96,13 +99,16 @@ def states(lake: Lake, hour: int) -> list[State]:
     return [r.state for r in history(lake.config, "clicks", lake.hours[hour])]
 
 
-def asset_events(partition: str) -> list[dict[str, Any]]:
-    """The close DAG's Asset events of a partition: their extra, and the event's own partition key."""
+def asset_events(env: Env, partition: str) -> list[dict[str, Any]]:
+    """The close DAG's Asset events of a partition since this module's lake was built (the worker's Airflow database
+    may hold another module's closes of the same hour): their extra, and the event's own partition key."""
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = session.query(AssetEvent).filter(AssetEvent.source_dag_id == DAG_ID).order_by(AssetEvent.id).all()
+        rows = (session.query(AssetEvent)
+                .filter(AssetEvent.source_dag_id == DAG_ID, AssetEvent.timestamp >= env.since)
+                .order_by(AssetEvent.id).all())
         return [{**e.extra, "partition_key": e.partition_key} for e in rows if e.extra.get("partition") == partition]
 
 
@@ -164,7 +170,7 @@ def test_complete_hour_closes_with_status_partitioned_event_markers_and_note(env
     assert closed.snapshot_id == current
 
     # one Asset event, partitioned by the hour (Airflow's key), the close record as its extra
-    (event,) = asset_events(lake.key(0))
+    (event,) = asset_events(env, lake.key(0))
     record = {"stream": "clicks", "table": "lake.clicks", "partition": lake.key(0), "rows": rows, "rejects": rejects,
               "audit": audit, "snapshot_id": current, "closed_at": closed.recorded_at.isoformat(), "reclose": False}
     assert event == {**record, "partition_key": airflow_key(lake.hours[0])}
@@ -193,7 +199,7 @@ def test_tampered_hour_fails_verification_with_the_counts(env: Env) -> None:
     assert (failed.audit, failed.rows, failed.rejects) == (audit, rows - 1, rejects)
     assert f"audit {audit}" in (failed.reason or "") and f"lake {rows - 1}" in (failed.reason or "")
     # nothing announced; the note says why
-    assert asset_events(lake.key(2)) == [] and len(env.endpoint.posts) == 1
+    assert asset_events(env, lake.key(2)) == [] and len(env.endpoint.posts) == 1
     assert not env.marker_path(2).exists()
     note = run_note(run)
     assert note is not None and note.startswith(
@@ -222,10 +228,10 @@ def test_late_rows_after_close_reopen_and_reclose(env: Env) -> None:
                                State.REOPENED, State.VERIFIED, State.CLOSED]
     reclosed = history(lake.config, "clicks", lake.hours[0])[-1]
     assert (reclosed.audit, reclosed.rows, reclosed.rejects) == (audit, rows, rejects)
-    events = asset_events(lake.key(0))
+    events = asset_events(env, lake.key(0))
     assert [(e["rows"], e["reclose"], e["partition_key"]) for e in events] == [
         (before[1], False, airflow_key(lake.hours[0])), (rows, True, airflow_key(lake.hours[0]))]
-    (quiet,) = asset_events(lake.key(1))
+    (quiet,) = asset_events(env, lake.key(1))
     assert quiet["rows"] == 0 and not quiet["reclose"] and quiet["partition_key"] == airflow_key(lake.hours[1])
 
     # the re-close overwrote the hour's marker file and was posted and called again, as was the quiet hour's close
@@ -252,7 +258,7 @@ def test_a_failing_endpoint_is_retried_and_alerted_and_the_hour_stays_closed(env
     assert task_states(run)["close"] == "success"
     # the hour stays closed: its close is recorded and announced; the marker file (the action that worked) too
     assert states(lake, 1)[-1] == State.CLOSED and states(lake, 1).count(State.CLOSED) == closes + 1
-    assert [e["reclose"] for e in asset_events(lake.key(1))] == [False, True]
+    assert [e["reclose"] for e in asset_events(env, lake.key(1))] == [False, True]
     assert env.marker(1)["reclose"] is True
     # the endpoint answered 500 once and was unreachable afterwards; the failure reached the alert callback
     assert env.endpoint.answers.count(500) == 1
