@@ -15,9 +15,10 @@ Iceberg): the table property ``laketide.required-fields`` records the required f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from laketide.config import EXTRA_COLUMN, StreamConfig
 from laketide.errors import SchemaChangeError
@@ -145,15 +146,36 @@ def _quote(name: str) -> str:
 
 def table_shape(spark: SparkSession, name: str) -> tuple[dict[str, str], str | None, str | None]:
     """An events table's columns (name -> Spark SQL type, in order), its ``laketide.required-fields`` property and
-    the column its partition is computed from (``hours(col)``)."""
-    columns = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields}
-    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+    the column its partition is computed from (``hours(col)``): from one load of the table through Iceberg's Spark
+    API (what ``spark.table``, ``SHOW TBLPROPERTIES`` and ``DESCRIBE TABLE`` would each load and plan again)."""
+    table = _iceberg_table(spark, name)
     source = None
-    for row in spark.sql(f"DESCRIBE TABLE {name}").collect():
-        text = str(row["data_type"] or "")
-        if str(row["col_name"]).startswith("Part ") and text.startswith("hours(") and text.endswith(")"):
-            source = text[len("hours("):-1].strip("`")
-    return columns, props.get(REQUIRED_PROPERTY), source
+    for field in table.spec().fields():
+        if str(field.transform()) == "hour":
+            source = str(table.schema().findColumnName(field.sourceId()))
+    return table_columns(spark, name, table), table.properties().get(REQUIRED_PROPERTY), source
+
+
+def table_columns(spark: SparkSession, name: str, table: Any = None) -> dict[str, str]:
+    """The columns of the Iceberg table ``name`` (``catalog.namespace.table``), name -> Spark SQL type, in order, as
+    Spark reads them (Iceberg's schema converted by Iceberg's own Spark conversion); ``table``: the Java table, if
+    the caller has loaded it."""
+    from pyspark.sql.types import StructType
+
+    from laketide.lake.internals import gateway
+
+    jvm, _ = gateway(spark)
+    loaded = table if table is not None else _iceberg_table(spark, name)
+    schema = jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(loaded.schema())
+    struct = StructType.fromJson(json.loads(schema.json()))
+    return {f.name: f.dataType.simpleString() for f in struct.fields}
+
+
+def _iceberg_table(spark: SparkSession, name: str) -> Any:
+    from laketide.lake.internals import gateway
+
+    jvm, session = gateway(spark)
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, name)
 
 
 def evolve(spark: SparkSession, name: str, change: SchemaChange) -> None:

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.ingest.columns import spark_type
-from laketide.ingest.schema import EXTRA_TYPE, REQUIRED_PROPERTY, evolve, plan_change, required_property, table_shape
+from laketide.ingest.schema import (
+    EXTRA_TYPE,
+    REQUIRED_PROPERTY,
+    evolve,
+    plan_change,
+    required_property,
+    table_columns,
+    table_shape,
+)
 from laketide.lake.catalog import COMMIT_RETRY_PROPERTIES
 
 if TYPE_CHECKING:
@@ -81,7 +89,7 @@ def ensure_tables(spark: SparkSession, config: LaketideConfig, stream: StreamCon
         f"CREATE TABLE IF NOT EXISTS {rejects} ({REJECTS_COLUMNS}) "
         f"USING iceberg PARTITIONED BY (hours(event_hour)) TBLPROPERTIES ({props})"
     )
-    have = set(spark.table(rejects).columns)
+    have = set(table_columns(spark, rejects))
     for column, kind, after in REJECTS_ADDED:
         if column not in have:
             spark.sql(f"ALTER TABLE {rejects} ADD COLUMN {column} {kind} AFTER {after}")
