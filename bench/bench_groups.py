@@ -1,8 +1,10 @@
 """Benchmark: many streams in one writer application vs an application per stream.
 
-The same total input (``--events`` valid events, default 400,000) is split evenly over 1, 5 and 20 streams (each
-its own landing zone, tables, checkpoint and writer id) and ingested to the end (``--mode incremental``) by the
-real writer, two ways, each on a fresh home:
+The same total input (``--events`` valid events in ``--files`` files, default 2,000,000 in 200: what
+``bench_writers.py`` ingests) is split evenly over 1, 5 and 20 streams (each its own landing zone, tables,
+checkpoint and writer id; each stream a whole number of the same files) and ingested to the end (``--mode
+incremental``, ``--files-per-trigger`` 10, so the same number of batches of the same size in all) by the real
+writer, two ways, each on a fresh home:
 
 * **one application**: ``spark_jobs/ingest_stream.py --group g`` (``laketide.ingest.group``): one JVM;
 * **an application per stream**: ``spark_jobs/ingest_stream.py --stream <s>`` for every stream at once.
@@ -12,11 +14,15 @@ resident memory of all the runs' JVMs together (sampled every 0.5 s), the time t
 and of the last stream, and the ratio to one stream carrying the whole input. Targets: 20 streams in one
 application within 1.5 GiB resident and at least 0.8x the rows/s of one stream carrying the same total input.
 
+``--files-per-stream N`` gives every stream N files instead (20 streams then land 20 times the files of one, in 20
+times the batches): what a group's many small batches cost.
+
 Run from the repository root::
 
-    .venv/bin/python bench/bench_groups.py                               # 1, 5, 20 streams; 400,000 events
-    .venv/bin/python bench/bench_groups.py --streams 1,5 --events 100000
+    .venv/bin/python bench/bench_groups.py                               # 1, 5, 20 streams; 2,000,000 events
+    .venv/bin/python bench/bench_groups.py --streams 1,5 --events 100000 --files 20
     .venv/bin/python bench/bench_groups.py --one-application-only       # the one-application runs alone
+    .venv/bin/python bench/bench_groups.py --files-per-stream 40 --events 400000   # 20x the files and batches
 """
 
 from __future__ import annotations
@@ -81,7 +87,7 @@ def first_commits(config_path: Path, names: list[str]) -> list[float]:
     return out
 
 
-def run(workdir: Path, streams: int, how: str, events: int, files_per_stream: int) -> Result:
+def run(workdir: Path, streams: int, how: str, events: int, files_per_stream: int, files_per_trigger: int) -> Result:
     from bench_writers import generate
 
     from tests.helpers import WRITER, config_env, write_group_config
@@ -89,7 +95,7 @@ def run(workdir: Path, streams: int, how: str, events: int, files_per_stream: in
     names = [f"s{i:02d}" for i in range(streams)]
     home = workdir / f"{how}-{streams}"
     shutil.rmtree(home, ignore_errors=True)
-    config_path = write_group_config(home, names, "g", max_files_per_trigger=10, java_options="")
+    config_path = write_group_config(home, names, "g", max_files_per_trigger=files_per_trigger, java_options="")
     rows = 0
     for i, name in enumerate(names):
         rows += generate(home / "landing" / name, events // streams, files_per_stream, name, seed=100 + i)
@@ -119,8 +125,11 @@ def run(workdir: Path, streams: int, how: str, events: int, files_per_stream: in
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", default="1,5,20")
-    parser.add_argument("--events", type=int, default=400_000)
-    parser.add_argument("--files", type=int, default=40, help="files per stream")
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--files", type=int, default=200, help="files in all, split evenly over the streams")
+    parser.add_argument("--files-per-stream", type=int, default=None,
+                        help="instead: this many files for every stream (more streams, more files and batches)")
+    parser.add_argument("--files-per-trigger", type=int, default=10)
     parser.add_argument("--one-application-only", action="store_true",
                         help="skip the application-per-stream runs (20 JVMs at once take most of the run)")
     args = parser.parse_args(argv)
@@ -131,15 +140,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             hows = ["one application"]
             if n > 1 and not args.one_application_only:
                 hows.append("application per stream")
+            per_stream = args.files_per_stream or args.files // n
+            if per_stream < 1 or (args.files_per_stream is None and args.files % n):
+                raise SystemExit(f"--files {args.files} does not split into {n} streams of whole files")
             for how in hows:
-                r = run(workdir, n, how, args.events, args.files)
+                r = run(workdir, n, how, args.events, per_stream, args.files_per_trigger)
                 results.append(r)
                 print(f"{n} stream(s), {how}: {r.rows_per_s:,.0f} rows/s, peak {r.peak_rss / 2**20:,.0f} MiB, "
                       f"first commit {r.first_commit:.1f}s", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     base = next((r for r in results if r.streams == 1), None)
-    print(f"\n{args.events:,} events in all, {args.files} files per stream, 2 cores")
+    files = (f"{args.files_per_stream} files per stream" if args.files_per_stream else
+             f"{args.files} files in all")
+    print(f"\n{args.events:,} events in all, {files}, {args.files_per_trigger} files per trigger, 2 cores")
     print(f"{'streams':>7} {'how':<24} {'rows/s':>9} {'vs 1 stream':>11} {'peak RSS MiB':>13} "
           f"{'first commit s':>15} {'last stream s':>14}")
     for r in results:
