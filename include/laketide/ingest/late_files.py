@@ -36,7 +36,7 @@ from laketide.config import StreamConfig
 from laketide.errors import CheckpointFormatError
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.ingest.landing import data_dir
-from laketide.lake.checkpoint_log import check_format, file_name, log_files, source_entries, source_log
+from laketide.lake.checkpoint_log import file_name, log_files, log_lines, source_entries, source_log
 
 log = logging.getLogger("laketide.ingest.late_files")
 
@@ -59,7 +59,7 @@ class SourceHorizon:
         for path in present:
             if path.name in self._read:
                 continue
-            for line in check_format(path):
+            for line in log_lines(path):
                 if line.strip():
                     stamp = int(json.loads(line)["timestamp"])
                     self.newest_ms = stamp if self.newest_ms is None else max(self.newest_ms, stamp)
