@@ -25,7 +25,6 @@ Stdlib only; the writer's driver calls :meth:`LateFiles.rescue` before its strea
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -36,7 +35,7 @@ from laketide.config import StreamConfig
 from laketide.errors import CheckpointFormatError
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.ingest.landing import data_dir
-from laketide.lake.checkpoint_log import file_name, log_files, log_lines, source_entries, source_log
+from laketide.lake.checkpoint_log import file_name, log_files, source_entries, source_log
 
 log = logging.getLogger("laketide.ingest.late_files")
 
@@ -59,10 +58,9 @@ class SourceHorizon:
         for path in present:
             if path.name in self._read:
                 continue
-            for line in log_lines(path):
-                if line.strip():
-                    stamp = int(json.loads(line)["timestamp"])
-                    self.newest_ms = stamp if self.newest_ms is None else max(self.newest_ms, stamp)
+            for entry in source_entries(self.checkpoint, [path]):
+                stamp = int(entry["timestamp"])
+                self.newest_ms = stamp if self.newest_ms is None else max(self.newest_ms, stamp)
             self._read.add(path.name)
         self._read &= {p.name for p in present}  # Spark deletes log files once compacted: forget them too
         return self.newest_ms
