@@ -8,7 +8,8 @@ whatever DAG started it), in this order, each action recorded (``laketide.mainta
    open hours are never rewritten. Its commit is a replace snapshot that the writer builds on.
 2. ``rewrite_manifests``: one manifest per micro-batch becomes a few.
 3. ``expire_snapshots``: older than ``snapshot_retention``, at least ``min_snapshots`` kept, and every writer's
-   newest marker kept (``plan.plan_expiry``); checked again after the commit.
+   newest marker kept (``plan.plan_expiry``); checked again after the commit. Iceberg's core expiry in the
+   driver, not the procedure's Spark action (:meth:`Maintainer._expire` says why).
 4. ``remove_orphan_files``: files older than ``orphan_age`` (never below one day) that no snapshot references,
    e.g. the data files of a batch attempt killed before its commit.
 
@@ -153,6 +154,21 @@ class Maintainer:
         log.info("%s", sql)
         return self.spark.sql(sql).collect()
 
+    def _expire(self, name: str, older_than_ms: int, retain_last: int) -> None:
+        """Iceberg's own expiry (``Table.expireSnapshots``, the core API) in this driver, not the Spark action behind
+        the ``expire_snapshots`` procedure: the action reads every manifest list and manifest of the table before
+        and after in Spark tasks to find what to delete (89 s for 2,000 snapshots of one small table on two
+        cores); the core API walks only what the expired snapshots reference (a few seconds), with the same commit
+        and retries."""
+        from laketide.lake.internals import gateway
+
+        jvm, session = gateway(self.spark)
+        log.info("%s: expire snapshots older than %s, retain last %d", name, timestamp_literal(older_than_ms),
+                 retain_last)
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, self._qualified(name))
+        table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).cleanExpiredFiles(True) \
+            .commit()
+
     def _before(self, rec: MaintenanceRecord, table: Table) -> None:
         stats = table_stats(table)
         rec.files_before, rec.bytes_before = stats.files, stats.bytes
@@ -260,16 +276,12 @@ class Maintainer:
         if rec.dry_run:
             return
         before = table_stats(table).snapshot_ids
-        (row,) = self._call("expire_snapshots", f"table => '{self._qualified(target.table)}', older_than => "
-                            f"{timestamp_literal(expiry.older_than_ms)}, retain_last => {expiry.retain_last}")
-        after_table = self._load(target.table)
-        after = table_stats(after_table)
+        self._expire(target.table, expiry.older_than_ms, expiry.retain_last)
+        after = table_stats(self._load(target.table))
         self._after(rec, target.table)
         rec.snapshots_expired = len(before - after.snapshot_ids)
-        result = row.asDict()
-        rec.detail += (f"; deleted {result.get('deleted_data_files_count')} data files, "
-                       f"{result.get('deleted_manifest_files_count')} manifests, "
-                       f"{result.get('deleted_manifest_lists_count')} manifest lists")
+        rec.detail += (f"; {rec.snapshots_expired} manifest lists and the manifests and data files no kept snapshot "
+                       "references deleted")
         lost = {w: s for w, s in expiry.protected.items() if s not in after.snapshot_ids}
         if lost:  # never expected: the arguments keep them; say it loudly if Iceberg ever disagrees
             raise RuntimeError(f"expire_snapshots removed the newest commit of writer(s) {lost} from {target.table}: "
