@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from laketide.close.partitions import PartitionStatus, State
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError, StatusRecordError
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import append_rows, load_catalog
 from laketide.lake.hours import HOUR, hour_start
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def record(config: LaketideConfig, *records: StatusRecord) -> None:
 
     def append() -> None:
         table = status_table(config)
-        table.append(_arrow(table, records))
+        append_rows(table, _arrow(table, records))
 
     retrying(f"status record of {config.close.status_table}", append, config.catalog.retry_timeout, _retryable)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest.landing import publish
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import append_rows, load_catalog
 from laketide.lake.commits import (
     MAX_EVENT_TIME,
     MIN_EVENT_TIME,
@@ -115,5 +115,5 @@ def commit_files(config: LaketideConfig, stream: StreamConfig, batch_id: int, fi
              WATERMARK: watermark.isoformat() if watermark else None}
     source = SourceFiles({p.name: file_stat(p) for p in files})
     props = summary_properties(stream.writer_id, batch_id, source, per_hour, extra)
-    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()), snapshot_properties=props)
+    append_rows(table, pa.Table.from_pylist(rows, schema=table.schema().as_arrow()), props)
     return int(table.refresh().metadata.current_snapshot_id or 0)

@@ -7,6 +7,7 @@ name, so they see the same Iceberg tables.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -15,8 +16,10 @@ from laketide.config import CatalogConfig, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError, TableNotFoundError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
 
 #: table properties of the streaming tables (events, rejects), set deliberately. They govern Iceberg's own
 #: commit retries, i.e. the maintenance commits (rewrite_data_files, rewrite_manifests, expire_snapshots) that
@@ -103,3 +106,34 @@ def load_stream_table(config: LaketideConfig, name: str, stream: StreamConfig) -
             f"run laketide_ingest_{stream.name}_once (or the writer DAG laketide_ingest_{stream.writer_group}) to "
             "create the tables, then try again"
         ) from None
+
+
+def append_rows(table: Table, data: pa.Table, properties: dict[str, str] | None = None) -> None:
+    """``table.append(data, snapshot_properties=properties)``, one commit, at a cost that does not grow with the
+    table's history.
+
+    pyiceberg 0.12's ``Transaction.table_metadata`` replays the staged updates and deep-copies the whole table
+    metadata, every snapshot with its summary, at each read, and one append reads it about twenty times: on a
+    status table of 150 snapshots an append took 0.47 s of CPU, most of it ``copy.deepcopy``. The transaction here
+    computes it once per state of the transaction (the table's metadata and the staged updates, both replaced,
+    never changed in place, when either moves on), as apache/iceberg-python#3302 proposed."""
+    with _transaction_class()(table) as txn:
+        txn.append(data, snapshot_properties=properties or {})
+
+
+@functools.cache
+def _transaction_class() -> type[Transaction]:
+    from pyiceberg.table import Transaction
+
+    class CachedTransaction(Transaction):
+        _cached: tuple[object, object, TableMetadata] | None = None
+
+        @property
+        def table_metadata(self) -> TableMetadata:
+            base, updates = self._table.metadata, self._updates
+            cached = self._cached
+            if cached is None or cached[0] is not base or cached[1] is not updates:
+                cached = self._cached = (base, updates, super().table_metadata)
+            return cached[2]
+
+    return CachedTransaction

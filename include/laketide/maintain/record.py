@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.close.status import TABLE_PROPERTIES  # an append-only log table, like the status table
 from laketide.config import LaketideConfig
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import append_rows, load_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -138,7 +138,7 @@ def record(config: LaketideConfig, *records: MaintenanceRecord, attempts: int = 
         data = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in records],
                                     schema=table.schema().as_arrow())
         try:
-            table.append(data)
+            append_rows(table, data)
             return
         except Exception as exc:
             if not _retryable(exc) or attempt == attempts:

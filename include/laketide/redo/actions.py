@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.close.status import TABLE_PROPERTIES, StatusRecord
 from laketide.config import LaketideConfig
-from laketide.lake.catalog import load_catalog
+from laketide.lake.catalog import append_rows, load_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -126,7 +126,7 @@ def record(config: LaketideConfig, *records: ActionRecord) -> None:
     def append() -> None:
         table = action_table(config)
         rows = [{n: getattr(r, n) for n in names} for r in records]
-        table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+        append_rows(table, pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
 
     retrying(f"action record of {config.close.action_table}", append, config.catalog.retry_timeout, _retryable)
 
