@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from laketide.config import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "include" / "laketide"
@@ -121,3 +123,13 @@ def test_the_stage_modules_that_serve_airflow_load_no_development_code() -> None
                              "import laketide.maintain.plan, laketide.ingest.inspection\n"
                              "import laketide.ingest.runner, laketide.ingest.writer")
     assert not any(m.startswith("laketide.dev") for m in loaded), loaded
+
+
+def test_the_suite_hands_out_its_slowest_modules_first(pytestconfig: pytest.Config) -> None:
+    """Two workers finish together only if the long modules start first: the order of ``SLOWEST_FIRST`` is the
+    queue (pytest-xdist's re-sorting by number of tests is off) and every module it names exists."""
+    from tests.conftest import SLOWEST_FIRST
+
+    assert pytestconfig.getoption("loadscopereorder") is False
+    missing = [name for name in SLOWEST_FIRST if not (REPO_ROOT / "tests" / f"{name}.py").is_file()]
+    assert missing == [], missing
