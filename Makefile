@@ -34,10 +34,11 @@ lint: ## ruff and mypy
 	@$(VENV)/ruff check .
 	@$(VENV)/mypy
 
-bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks), status-check cost (100 vs 10k snapshots), maintenance before/after, the lakehouse view's board on 6 months
+bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks), status-check cost (100 vs 10k snapshots), maintenance before/after, expiry (Spark action vs core API), the lakehouse view's board on 6 months
 	@$(VENV)/python bench/bench_writers.py
 	@$(VENV)/python bench/bench_status.py
 	@$(VENV)/python bench/bench_maintain.py
+	@$(VENV)/python bench/bench_expire.py
 	@$(VENV)/python bench/bench_ui.py
 
 submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental"
