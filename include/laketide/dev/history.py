@@ -34,7 +34,7 @@ from laketide.lake.commits import (
     WRITER_ID,
 )
 from laketide.lake.hours import partition_key
-from laketide.lake.internals import direct_executor, gateway
+from laketide.lake.internals import direct_executor, gateway, iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,11 +63,11 @@ def build_history(config: LaketideConfig, spark: SparkSession, stream: StreamCon
     schema = table.schema().as_arrow()  # carries the Iceberg field ids, so the files read back by id
     folder = Path(urlparse(table.metadata.location).path, "data", "history")
     folder.mkdir(parents=True, exist_ok=True)
-    jvm, session = gateway(spark)
+    jvm, _ = gateway(spark)
     executor = direct_executor(spark)
     name = f"{config.catalog.name}.{stream.table}"
     for first in range(0, commits, chunk):
-        jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, name)
+        jtable = iceberg_table(spark, name)
         spec = jtable.spec()
         (field,) = [f.name() for f in spec.fields()]
         txn = jtable.newTransaction()

@@ -148,7 +148,9 @@ def table_shape(spark: SparkSession, name: str) -> tuple[dict[str, str], str | N
     """An events table's columns (name -> Spark SQL type, in order), its ``laketide.required-fields`` property and
     the column its partition is computed from (``hours(col)``): from one load of the table through Iceberg's Spark
     API (what ``spark.table``, ``SHOW TBLPROPERTIES`` and ``DESCRIBE TABLE`` would each load and plan again)."""
-    table = _iceberg_table(spark, name)
+    from laketide.lake.internals import iceberg_table
+
+    table = iceberg_table(spark, name)
     source = None
     for field in table.spec().fields():
         if str(field.transform()) == "hour":
@@ -162,20 +164,14 @@ def table_columns(spark: SparkSession, name: str, table: Any = None) -> dict[str
     the caller has loaded it."""
     from pyspark.sql.types import StructType
 
-    from laketide.lake.internals import gateway
+    from laketide.lake.internals import gateway, iceberg_table
 
     jvm, _ = gateway(spark)
-    loaded = table if table is not None else _iceberg_table(spark, name)
+    loaded = table if table is not None else iceberg_table(spark, name)
     schema = jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(loaded.schema())
     struct = StructType.fromJson(json.loads(schema.json()))
     return {f.name: f.dataType.simpleString() for f in struct.fields}
 
-
-def _iceberg_table(spark: SparkSession, name: str) -> Any:
-    from laketide.lake.internals import gateway
-
-    jvm, session = gateway(spark)
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, name)
 
 
 def evolve(spark: SparkSession, name: str, change: SchemaChange) -> None:

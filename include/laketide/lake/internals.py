@@ -66,6 +66,13 @@ def gateway(spark: SparkSession) -> tuple[Any, Any]:
     return spark._jvm, spark._jsparkSession
 
 
+def iceberg_table(spark: SparkSession, name: str) -> Any:
+    """The Java Iceberg ``Table`` of ``name`` (``catalog.namespace.table``) through Spark's catalog: Iceberg's public
+    Java API on it (schema, partition spec, expiry, transactions)."""
+    jvm, session = gateway(spark)
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, name)
+
+
 def _major_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 

@@ -160,12 +160,11 @@ class Maintainer:
         and after in Spark tasks to find what to delete (89 s for 2,000 snapshots of one small table on two
         cores); the core API walks only what the expired snapshots reference (a few seconds), with the same commit
         and retries."""
-        from laketide.lake.internals import gateway
+        from laketide.lake.internals import iceberg_table
 
-        jvm, session = gateway(self.spark)
         log.info("%s: expire snapshots older than %s, retain last %d", name, timestamp_literal(older_than_ms),
                  retain_last)
-        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, self._qualified(name))
+        table = iceberg_table(self.spark, self._qualified(name))
         table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).cleanExpiredFiles(True) \
             .commit()
 
