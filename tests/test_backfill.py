@@ -266,3 +266,31 @@ def test_names_reaching_sql_are_checked() -> None:
         " OR (`event_hour` IS NULL)")
     with pytest.raises(ActionRequestError, match="not a plain name"):
         check_name("stream", "clicks\n")
+
+
+def lineage(df: Any) -> str:
+    """The RDD lineage a DataFrame's rows come from."""
+    return str(df._jdf.queryExecution().toRdd().toDebugString())
+
+
+def test_the_driver_side_tables_of_a_backfill_start_no_python_worker(lake: tuple[Path, Any]) -> None:
+    """The backfill's small driver-side tables (batch of first ingestion per file, hour per file) reach the JVM as
+    Arrow: no Python worker unpickles them, at each action, as ``spark.createDataFrame`` of a list would."""
+    from laketide.lake.spark import local_frame
+
+    _, spark = lake
+    assert "PythonRDD" in lineage(spark.createDataFrame([("f", 1)], "_source_file string, _batch_id bigint"))
+    rows = [("a.jsonl", 3), ("b.jsonl", 2**40)]
+    frame = local_frame(spark, rows, "_source_file string, _batch_id bigint")
+    empty = local_frame(spark, [], "_source_file string, _batch_id bigint")
+    assert sorted(tuple(r) for r in frame.collect()) == rows and empty.collect() == []
+    assert frame.schema == empty.schema and frame.columns == ["_source_file", "_batch_id"]
+    events = spark.table(f"backfill.{EVENTS}")
+    rejects = spark.table(f"backfill.{REJECTS}")
+    files = sorted({r[0] for r in events.select("_source_file").distinct().collect()})
+    origin = bf.first_ingestion(events, rejects, [*files, "never.jsonl"], {"never.jsonl": 7, files[0]: 0})
+    got = {r["_source_file"]: r["_batch_id"] for r in origin.collect()}
+    assert set(got) == {*files, "never.jsonl"} and got["never.jsonl"] == 7 and all(
+        isinstance(b, int) for b in got.values())
+    for df in (frame, empty, origin):
+        assert "PythonRDD" not in lineage(df), lineage(df)

@@ -22,6 +22,7 @@ from laketide.lake import snapshots
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import should_write, table_marker
 from laketide.lake.snapshots import Snap, lineage, metadata_location
+from laketide.lake.spark import local_frame
 from tests.helpers import load
 
 EVENTS = "snaptest.events"
@@ -141,7 +142,7 @@ def spark_tables(spark: Any) -> dict[str, Any]:
     spark.sql("CREATE TABLE laketide.snaptest.expired (id bigint, s string) USING iceberg")
 
     def append(table: str, batch: int, writer: str) -> None:
-        (spark.createDataFrame([(batch, "x")], "id bigint, s string").writeTo(f"laketide.{table}")
+        (local_frame(spark, [(batch, "x")], "id bigint, s string").writeTo(f"laketide.{table}")
          .option(f"snapshot-property.{WRITER}", writer).option(f"snapshot-property.{BATCH}", str(batch)).append())
 
     for batch in range(8):

@@ -16,12 +16,13 @@ from laketide.lake.catalog import jdbc_properties
 from laketide.lake.jars import jar_set
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOG4J = REPO_ROOT / "conf" / "log4j2.properties"
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+ARROW = "spark.sql.execution.arrow.pyspark.enabled"
 #: the kind of application each job of ``spark_jobs/`` is: its limits come from ``spark.resources.<kind>`` (and, for
 #: a writer application, ``writer_groups.<group>.resources``)
 JOB_KINDS: dict[str, ApplicationKind] = {
@@ -66,6 +67,24 @@ def build_session(config: LaketideConfig, app_name: str, master: str | None = No
     for key, value in {**(extra or {}), **spark_conf(config)}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: str) -> DataFrame:
+    """A small DataFrame of ``rows`` the driver holds (``schema``: Spark DDL, the columns in the rows' order), handed
+    to the JVM as Arrow record batches: the JVM builds the rows itself and no Python worker starts.
+
+    ``spark.createDataFrame`` of a Python list has Python workers unpickle the rows, again at each action on the
+    DataFrame, and under Python 3.11 each of their tasks re-reads the directory of every zip and jar on the workers'
+    path (``importlib.invalidate_caches``): about half a CPU-second per DataFrame against a fifth through Arrow on two
+    cores (measured on 200 rows, DataFrame built and counted)."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    struct = spark.createDataFrame([], schema).schema  # the DDL parsed; no job runs
+    if not rows:  # (PySpark sends an empty pandas frame through Python workers)
+        return spark.range(0).select(*(F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields))
+    spark.conf.set(ARROW, "true")
+    return spark.createDataFrame(pd.DataFrame([tuple(row) for row in rows], columns=struct.names), struct)
 
 
 def use_catalog(spark: SparkSession, config: LaketideConfig) -> None:

@@ -34,6 +34,7 @@ from laketide.ingest.dedupe import hour_key
 from laketide.ingest.landing import data_dir, hidden, name_hour, published_files, read_audits
 from laketide.lake.commits import DUPLICATES_DROPPED, SOURCE_FILES
 from laketide.lake.hours import partition_key
+from laketide.lake.spark import local_frame
 from laketide.redo.overwrite import (
     HourChange,
     Outcome,
@@ -163,9 +164,9 @@ def first_ingestion(events: DataFrame, rejects: DataFrame, files: Collection[str
 
     wanted = list(files)
     spark = events.sparkSession
-    recorded = spark.createDataFrame(
-        [(n, int(b)) for n, b in (batches or {}).items() if n in set(wanted)] or [("", 0)],
-        "_source_file string, _batch_id bigint").where(F.col("_source_file") != "") \
+    chosen = set(wanted)
+    recorded = local_frame(spark, [(n, int(b)) for n, b in (batches or {}).items() if n in chosen],
+                           "_source_file string, _batch_id bigint") \
         .withColumn("rejected_at", F.lit(None).cast("timestamp"))
     by_events = (events.where(F.col("_source_file").isin(wanted)).groupBy("_source_file")
                  .agg(F.min("_batch_id").alias("_batch_id"), F.lit(None).cast("timestamp").alias("rejected_at")))
@@ -271,8 +272,7 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
     for k, n in _counts(new_events, hour_key(time_col)).items():
         changes[k].rows_after = n
     # rejects per hour: attributed through the hour of their file (a landing file holds one hour)
-    file_hours = spark.createDataFrame([(n, h) for n, h in plan.hours.items()], "source_file string, _hour string") \
-        if files else None
+    file_hours = local_frame(spark, list(plan.hours.items()), "source_file string, _hour string") if files else None
     old_ours = rejects_at.where(F.col("source_file").isin(files)) if files else rejects_at.limit(0)
     if file_hours is not None:
         for k, n in _counts(old_ours.join(F.broadcast(file_hours), "source_file"), F.col("_hour")).items():
