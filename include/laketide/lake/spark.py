@@ -71,7 +71,8 @@ def build_session(config: LaketideConfig, app_name: str, master: str | None = No
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: str) -> DataFrame:
     """A small DataFrame of ``rows`` the driver holds (``schema``: Spark DDL, the columns in the rows' order), handed
-    to the JVM as Arrow record batches: the JVM builds the rows itself and no Python worker starts.
+    to the JVM as Arrow record batches: the JVM builds the rows itself and no Python worker starts. Turns on the
+    session's Arrow conversions (``spark.sql.execution.arrow.pyspark.enabled``, which ``toPandas`` uses too).
 
     ``spark.createDataFrame`` of a Python list has Python workers unpickle the rows, again at each action on the
     DataFrame, and under Python 3.11 each of their tasks re-reads the directory of every zip and jar on the workers'
