@@ -173,7 +173,6 @@ def table_columns(spark: SparkSession, name: str, table: Any = None) -> dict[str
     return {f.name: f.dataType.simpleString() for f in struct.fields}
 
 
-
 def evolve(spark: SparkSession, name: str, change: SchemaChange) -> None:
     """Apply ``change`` to the events table ``name`` (``catalog.namespace.table``): metadata commits only."""
     for column, kind, after in change.added:
