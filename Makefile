@@ -18,14 +18,17 @@ jars: ## Provision the Iceberg/Jackson/JDBC jars for Spark (idempotent, no Maven
 run: setup ## Run laketide on embedded defaults: Airflow standalone + sample producer + continuous writer
 	@scripts/run.sh
 
-test: setup lint test-jvm ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow) on two workers
+test: setup lint test-jvm bytecode ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow) on two workers
 	@$(VENV)/pytest -q -n 2 --dist loadfile
 
-test-fast: setup test-jvm ## The quick inner loop: pure and unit tests and the cheapest real-Spark ones (not -m slow)
+test-fast: setup test-jvm bytecode ## The quick inner loop: pure and unit tests and the cheapest real-Spark ones (not -m slow)
 	@$(VENV)/pytest -q -n 2 --dist loadfile -m "not slow"
 
 test-jvm: ## The test JVMs' class-data-sharing archive of Spark's classes (tests/jvm.py; once per machine and class path)
 	@$(VENV)/python -m tests.jvm
+
+bytecode: ## Compile the project's modules once: the hundreds of Python processes the tests start load them compiled
+	@$(VENV)/python -m compileall -q include dags plugins spark_jobs tests
 
 check-image: ## The Dockerfile's pip steps in a throwaway virtualenv, the COPY sources, the lock, compose.yaml against the compose spec (no container engine needed)
 	@$(VENV)/python scripts/check_image.py --venv
@@ -56,4 +59,4 @@ snapshots: ## The snapshot timeline of each stream's events table (the ids a red
 clean: ## Remove local state (.laketide: catalog, warehouse, landing zone, Airflow home) but keep jars and the tests' JVM archive
 	@find .laketide -mindepth 1 -maxdepth 1 ! -name jars ! -name jvm -exec rm -rf {} + 2>/dev/null || true
 
-.PHONY: help setup jars run test test-fast test-jvm check-image lint bench submit reconcile status snapshots clean
+.PHONY: help setup jars run test test-fast test-jvm bytecode check-image lint bench submit reconcile status snapshots clean

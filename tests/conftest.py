@@ -85,10 +85,9 @@ def spark(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[obje
     from laketide.ingest.group import WRITER_SETTINGS
     from laketide.lake.spark import build_session
     from tests.helpers import SESSION_CATALOGS, load, write_config
-    from tests.jvm import session_java_options
 
     home = tmp_path_factory.mktemp("spark-home")
-    config = load(write_config(home, java_options=session_java_options(os.environ.get(JAVA_OPTIONS_ENV, ""))))
+    config = load(write_config(home))
     # the writer application's settings: tests run the writer on this session too (tests.helpers.ingest)
     session = build_session(config, "laketide-tests", master="local[2]", extra=WRITER_SETTINGS)
     SESSION_CATALOGS[config.catalog.name] = config.catalog.uri

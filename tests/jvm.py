@@ -8,8 +8,11 @@ Measured here on a small writer run (``bench/README.md``, "the test suite"): wal
 * an AppCDS archive (JDK 13+ dynamic archive) of the classes a real writer batch loads, built once per machine
   and class path by running that batch with ``-XX:ArchiveClassesAtExit`` (cached under ``.laketide/jvm/``, keyed by
   the Java version and the jars); a JVM that cannot use it (another class path) runs without it;
-* ``-XX:TieredStopAtLevel=1``: short-lived test JVMs spend less compiling than they would gain (not a test worker's
-  own session JVM, which lives as long as the worker: :func:`session_java_options`);
+* ``-XX:TieredStopAtLevel=1``: the C1 compiler only. Short-lived test JVMs spend less compiling than they would
+  gain, and so does a test worker's own session JVM, though it lives as long as the worker: its optimizing compiler
+  spent more CPU than the whole session's driver work in a suite run (two C2 threads ~140 CPU-s in the first 18
+  minutes) and gave less back (the 2,000-commit history: 181 CPU-s with C1 only, 191 with both compilers; the redo,
+  backfill and history modules in one process: 381 against 413, the same wall time);
 * ``-XX:+UseSerialGC``: small test heaps, no collector threads competing for the two cores.
 
 None of this changes what a test proves: the same Spark, Iceberg and laketide code runs, on the same data.
@@ -51,14 +54,6 @@ def java_options(jars_dir: Path) -> str:
     """The test JVMs' options: the flags, and the archive when it exists."""
     path = archive_path(jars_dir)
     return f"{FLAGS} -XX:SharedArchiveFile={path}" if path.is_file() else FLAGS
-
-
-def session_java_options(options: str) -> str:
-    """The options of a test worker's own Spark JVM (the ``spark`` fixture's), from the suite's ``options``: the same,
-    with both JIT compilers. That JVM lives as long as the worker and runs its heaviest work (the long history's
-    thousands of commits, maintenance, the writers run in-process): there the optimizing compiler pays for itself
-    (measured: a 2,000-commit history built and maintained in 252 CPU-seconds instead of 295)."""
-    return " ".join(flag for flag in options.split() if not flag.startswith("-XX:TieredStopAtLevel"))
 
 
 def _alive(group: int) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,43 @@ def test_operator_puts_the_limits_on_the_command_line(tmp_path: Path, monkeypatc
     assert "spark.cores.max=3" in writer and "spark.executor.memory=512m" in writer
     assert "spark.cores.max=2" in maintain and "spark.driver.memory=1g" in maintain
     assert "--deploy-mode" in writer and writer[writer.index("--deploy-mode") + 1] == "client"
+
+
+#: imports a laketide module and prints its file, how many laketide modules were compiled from source, and how many
+#: laketide modules were loaded
+IMPORT_PROBE = """
+import builtins, sys
+real, compiled = builtins.compile, []
+builtins.compile = lambda source, name, *a, **k: (compiled.append(str(name)), real(source, name, *a, **k))[1]
+import laketide.ingest.runner as module
+print(module.__file__, sum("/laketide/" in n for n in compiled), sum(n.startswith("laketide") for n in sys.modules))
+"""
+
+
+def _import_from(archive: Path) -> list[str]:
+    return subprocess.run([sys.executable, "-c", IMPORT_PROBE], env={"PYTHONPATH": str(archive), "PATH": ""},
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_the_package_zip_carries_bytecode_the_zip_importer_uses(tmp_path: Path) -> None:
+    """``--py-files``: every module's source and its bytecode for this Python; a Python importing from the zip loads
+    the bytecode (nothing compiled), and one that refuses it (as another version would) compiles the source."""
+    import zipfile
+
+    from laketide.lake.spark import package_zip
+
+    target = package_zip(load_config(write_group_config(tmp_path, ["a"]), environ={}))
+    names = set(zipfile.ZipFile(target).namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert "laketide/ingest/writer.py" in sources
+    assert {n + "c" for n in sources} == names - sources
+    where, compiled, loaded = _import_from(target)
+    assert (where, compiled) == (f"{target}/laketide/ingest/runner.pyc", "0") and int(loaded) > 10
+
+    stale = tmp_path / "stale.zip"
+    with zipfile.ZipFile(target) as archive, zipfile.ZipFile(stale, "w") as copy:
+        for name in archive.namelist():  # bytecode of another Python: another magic number
+            data = archive.read(name)
+            copy.writestr(name, b"\x00\x00" + data[2:] if name.endswith(".pyc") else data)
+    where, compiled, loaded = _import_from(stale)
+    assert where == f"{stale}/laketide/ingest/runner.py" and int(compiled) >= int(loaded) > 10

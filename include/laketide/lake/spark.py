@@ -181,7 +181,13 @@ def executor_paths(config: LaketideConfig) -> list[str]:
 
 
 def package_zip(config: LaketideConfig) -> Path:
-    """Zip the ``laketide`` package for ``--py-files`` so a job runs on any cluster manager."""
+    """Zip the ``laketide`` package for ``--py-files`` so a job runs on any cluster manager.
+
+    Each module is in it twice: its source, and its bytecode compiled by this Python (an unchecked-hash ``.pyc``
+    beside it, which Python's zip importer prefers). A Python importing from a zip never writes bytecode, so
+    without it every job's driver and Python worker would compile each module from source, twice (the zip
+    importer compiles once to find a module, once to load it). A Python of another version skips the bytecode
+    (its magic number differs) and compiles the source, as before."""
     import laketide
 
     source = Path(laketide.__file__).parent
@@ -190,9 +196,23 @@ def package_zip(config: LaketideConfig) -> Path:
     tmp = target.with_suffix(f".zip.{os.getpid()}.tmp")  # jobs submitted at once (one state folder) do not collide
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(source.rglob("*.py")):
-            archive.write(path, Path("laketide") / path.relative_to(source))
+            name = Path("laketide") / path.relative_to(source)
+            archive.write(path, name)
+            archive.writestr(str(name.with_suffix(".pyc")), _bytecode(path, target / name))
     tmp.replace(target)
     return target
+
+
+def _bytecode(path: Path, shown: Path) -> bytes:
+    """The ``.pyc`` of the source file ``path`` for this Python, valid whatever the file's time in a zip (PEP 552's
+    unchecked hash); tracebacks name the module ``shown`` (its path in the zip, as the zip importer names it)."""
+    import importlib.util
+    import marshal
+
+    data = path.read_bytes()
+    code = compile(data, str(shown), "exec", dont_inherit=True)
+    flags = (0b01).to_bytes(4, "little")  # hash-based, source not checked
+    return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(data) + marshal.dumps(code)
 
 
 def submit_command(config: LaketideConfig, job: str, args: list[str], master: str | None = None) -> list[str]:
