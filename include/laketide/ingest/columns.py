@@ -6,7 +6,7 @@ Pure functions of a stream's configuration and of columns; ``transforms`` builds
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from laketide.config import StreamConfig
@@ -112,9 +112,20 @@ def batch_parameter(value: int) -> Column:
     optimizer cannot compute (the partition id times 0) keeps it from folding the value back into a long
     literal. Reading it costs a few nanoseconds per row. One SQL expression: a single call into the JVM.
     """
+    return _parameter(f"CAST({int(value)} AS BIGINT)")
+
+
+def time_parameter(value: datetime) -> Column:
+    """``value`` (an aware datetime) as a timestamp column kept out of the generated code, as :func:`batch_parameter`
+    (the time a batch's rejects are recorded at changes with every batch)."""
+    micros = (value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    return _parameter(f"timestamp_micros({micros})")
+
+
+def _parameter(sql: str) -> Column:
     from pyspark.sql import functions as F
 
-    return F.expr(f"array(CAST({int(value)} AS BIGINT))[spark_partition_id() * 0]")
+    return F.expr(f"array({sql})[spark_partition_id() * 0]")
 
 
 def human(delta: timedelta) -> str:
@@ -168,19 +179,21 @@ def too_long_reason(raw: Column, stream: StreamConfig) -> Column:
     )
 
 
-def pack_reject(source: Column, raw: Column, landed_at: Column, stream: StreamConfig) -> Column:
-    """What a rejected line's staged row carries in ``_source_file``: its landing file, landing time (epoch
-    microseconds), length in bytes and the line itself as base64 (exact bytes, valid UTF-8 or not; a line over
-    ``max_line_bytes`` cut as the rejects table keeps it), joined by NUL, a character no path holds.
+def pack_reject(source: Column, raw: Column, reason: Column, stream: StreamConfig) -> Column:
+    """What a rejected line's staged row carries in ``_source_file``: its landing file, its length in bytes, the line
+    itself as base64 (exact bytes, valid UTF-8 or not; a line over ``max_line_bytes`` cut as the rejects table keeps
+    it) and the reason it was rejected, joined by NUL, a character no path, number or base64 text holds (the reason,
+    last, may: it quotes the line's field names).
 
     The rows of rejected lines are written to data files of the events table's null hour partition, never
     committed: the rejects pass reads them back (``Validator.rejects_of``) instead of reading the whole batch
-    again, so its cost follows the number of rejects. Evaluated for rejected lines only."""
+    again, and takes everything from them, so its cost follows the number of rejects and it parses nothing.
+    Evaluated for rejected lines only."""
     from pyspark.sql import functions as F
 
     kept = F.when(fits(raw, stream), raw).otherwise(truncated(raw))
-    return F.concat(source, F.lit(PACK_SEPARATOR), F.unix_micros(landed_at).cast("string"), F.lit(PACK_SEPARATOR),
-                    F.octet_length(raw).cast("string"), F.lit(PACK_SEPARATOR), F.base64(kept.cast("binary")))
+    return F.concat_ws(PACK_SEPARATOR, source, F.octet_length(raw).cast("string"), F.base64(kept.cast("binary")),
+                       reason)
 
 
 def truncated(raw: Column) -> Column:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from laketide.config import StreamConfig
-from laketide.ingest.columns import fits, truncated
+from laketide.ingest.columns import batch_parameter, fits, time_parameter, truncated
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -68,7 +68,7 @@ def rejected_rows(parsed: DataFrame, stream: StreamConfig, batch_id: int, now: d
         F.col("_error").alias("reason"),
         F.col("_source_file").alias("source_file"),
         file_hour(F.col("_source_file"), audit_hours).alias("event_hour"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        batch_parameter(batch_id).alias("batch_id"),
         F.lit(stream.writer_id).alias("writer_id"),
-        F.lit(now).alias("rejected_at"),
+        time_parameter(now).alias("rejected_at"),
     )

@@ -168,10 +168,17 @@ class Parsed:
         """
         from pyspark.sql import functions as F
 
+        return F.when(~self.valid(), self.why())
+
+    def why(self) -> Column:
+        """The first problem of a line that ``valid`` refuses (:meth:`reason` without the validity test)."""
+        from pyspark.sql import functions as F
+
         stream, raw = self.stream, self.raw
         opens_object = object_opens(raw)
-        # the strict parse tells lines that no JSON reader accepts from those only a lenient one does
-        syntax = F.from_json(raw, f"struct<{CORRUPT}:string>", {
+        # the strict parse tells lines that no JSON reader accepts from those only a lenient one does; its input is
+        # guarded as the record's parse (a line too long has its reason already: it is never parsed)
+        syntax = F.from_json(F.when(self.fits, raw), f"struct<{CORRUPT}:string>", {
             "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **STRICT_JSON,
         })[CORRUPT].isNotNull()
         checks: list[Column] = [
@@ -208,7 +215,7 @@ class Parsed:
             )
         )
         checks.append(F.lit("malformed record"))
-        return F.when(~self.valid(), F.coalesce(*checks))
+        return F.coalesce(*checks)
 
 
 class Validator:
@@ -281,7 +288,7 @@ class Validator:
                   for n in self.stream.fields],
                 # blank lines are not records: their rows (in the null hour partition) carry no source file; a
                 # rejected line's carries what its rejects row needs (see pack_reject)
-                F.when(parsed.present(), F.when(valid, source).otherwise(pack_reject(source, raw, lines[LANDED_AT],
+                F.when(parsed.present(), F.when(valid, source).otherwise(pack_reject(source, raw, parsed.why(),
                                                                                      self.stream)))
                 .alias("_source_file"),
             ]
@@ -323,8 +330,8 @@ class Validator:
         ``_source_file`` and ``_error``, the reason, as ``check`` gives them, and ``_truncated`` (``_raw`` holds an
         over-long line already cut): the input of ``rejected_rows``.
 
-        Reads only what ``staged_rows`` packed into a rejected line's ``_source_file`` (see :func:`pack_reject`):
-        the reasons are computed for the rejected lines alone, the batch is not read again."""
+        Reads only what ``staged_rows`` packed into a rejected line's ``_source_file`` (see :func:`pack_reject`),
+        the reason included: nothing is parsed or checked again, the batch is not read again."""
         from pyspark.sql import functions as F
 
         stream = self.stream
@@ -332,17 +339,10 @@ class Validator:
         if "_batch_id" in staged.columns:  # a null batch id marks a duplicate dropped by dedupe_on_write
             rejected = rejected.where(F.col("_batch_id").isNotNull())
         parts = F.split(F.col("_source_file"), PACK_SEPARATOR, 4)
-        unpacked = rejected.select(
-            parts[0].alias("_source_file"), F.timestamp_micros(parts[1].cast("bigint")).alias(LANDED_AT),
-            parts[2].cast("bigint").alias("_length"), F.unbase64(parts[3]).cast("string").alias("value"),
+        return rejected.select(
+            F.unbase64(parts[2]).cast("string").alias("_raw"), parts[0].alias("_source_file"),
+            parts[3].alias("_error"), (parts[1].cast("bigint") > stream.max_line_bytes).alias("_truncated"),
         )
-        fitting = self.parse_lines(unpacked.where(F.col("_length") <= stream.max_line_bytes))
-        over = unpacked.where(F.col("_length") > stream.max_line_bytes).select(
-            F.col("value").alias("_raw"), "_source_file",
-            F.concat(F.lit("line of "), F.col("_length").cast("string"),
-                     F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})")).alias("_error"),
-            F.lit(True).alias("_truncated"))
-        return fitting.select("_raw", "_source_file", "_error", F.lit(False).alias("_truncated")).unionByName(over)
 
     def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = ()) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
