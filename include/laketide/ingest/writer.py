@@ -78,6 +78,9 @@ class Staged:
     #: the data files of the null hour partition (rejected and blank lines, duplicates dropped): read by the rejects
     #: pass, then deleted (never committed)
     null_files: list[str] = field(default_factory=list)
+    #: the Spark schema of the rows written (the null hour partition's files are read back with it: no footer is read
+    #: to infer it)
+    schema: Any = None
 
     @property
     def valid(self) -> int:
@@ -140,7 +143,9 @@ class BatchWriter(PublicPath):
     def _stage(self, df: DataFrame, file_set: str) -> Staged:
         """Write ``df`` as data files of the events table without committing them; return what they hold."""
         jtable, written = self._write_uncommitted(df, self.stream.table, file_set)
-        return self._read_staged(self.iceberg(df.sparkSession), jtable, written)
+        staged = self._read_staged(self.iceberg(df.sparkSession), jtable, written)
+        staged.schema = df.schema
+        return staged
 
     def _read_staged(self, iceberg: IcebergJvm, table: Any, written: Any) -> Staged:
         schema = table.schema()
@@ -342,7 +347,7 @@ class BatchWriter(PublicPath):
         driver."""
         stream = self.stream
         expected = staged.rejected
-        lines = self.validator.rejects_of(batch.sparkSession.read.parquet(*staged.null_files))
+        lines = self.validator.rejects_of(batch.sparkSession.read.schema(staged.schema).parquet(*staged.null_files))
         rejects = rejected_rows(lines, stream, batch_id, now, audit_hours(stream.landing_path, files))
         file_set = f"laketide-{stream.writer_id}-{batch_id}-rejects-{uuid.uuid4().hex[:12]}"
         jtable, written = self._write_uncommitted(rejects, stream.rejects_table, file_set)
