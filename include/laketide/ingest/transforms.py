@@ -348,7 +348,8 @@ class Validator:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
         plus the lineage columns (and ``_extra`` when the table has it). A rejected line keeps a null event
         time, so its row falls in the null hour partition: the writer counts the rejects in those files (the rows
-        with a source file; blank lines have none), reads the rejected lines from them (``rejects_of``), then
+        with a source file; blank lines have none), reads the rejected lines and their reasons from them
+        (``rejects_of``; a rejected line's row carries both in ``_source_file``, see ``pack_reject``), then
         deletes them.
 
         One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
