@@ -66,24 +66,7 @@ def build_session(config: LaketideConfig, app_name: str, master: str | None = No
         builder = builder.master(master or config.spark.master)
     for key, value in {**(extra or {}), **spark_conf(config)}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    _import_hot_classes(session)
-    return session
-
-
-#: classes PySpark looks up by their short name on every call (``pyspark.sql.functions`` on each ``F.col``, ``lit``,
-#: ``when`` ...): py4j tries the name as it is, then each of PySpark's wildcard imports, and each miss is a failed
-#: class search of the whole class path (250 jars). Imported by name, the lookup hits at the second try:
-#: ``F.col`` 1.2 -> 0.5 ms, ``jvm.functions`` 1.0 -> 0.15 ms (a writer batch makes some forty of these calls).
-HOT_CLASSES = ("org.apache.spark.sql.functions", "org.apache.spark.api.python.PythonUtils",
-               "org.apache.spark.sql.api.python.PythonSQLUtils", "org.apache.spark.sql.SparkSession")
-
-
-def _import_hot_classes(spark: SparkSession) -> None:
-    from py4j.java_gateway import java_import
-
-    for name in HOT_CLASSES:
-        java_import(spark.sparkContext._jvm, name)
+    return builder.getOrCreate()
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: str) -> DataFrame:
