@@ -67,14 +67,15 @@ def build_history(config: LaketideConfig, spark: SparkSession, stream: StreamCon
                          f"{rows}, {chunk}")
     table = load_catalog(config.catalog).load_table(stream.table)
     schema = table.schema().as_arrow()  # carries the Iceberg field ids, so the files read back by id
-    folder = Path(urlparse(table.metadata.location).path, "data", "history")
+    location = Path(urlparse(table.metadata.location).path)
+    folder = location / "data" / "history"
     folder.mkdir(parents=True, exist_ok=True)
     jvm, _ = gateway(spark)
     # resolved once: py4j resolves each dotted name level by level, a failed class search of the whole class path
     # for each package ("org", "org.apache", ...), which was a fifth of the JVM's time here when done per commit
     iceberg = jvm.org.apache.iceberg
     data_files, manifest_files, local_files = iceberg.DataFiles, iceberg.ManifestFiles, iceberg.Files
-    manifests = Path(urlparse(table.metadata.location).path, "metadata")
+    manifests = location / "metadata"
     executor = direct_executor(spark)
     name = f"{config.catalog.name}.{stream.table}"
     for first in range(0, commits, chunk):
