@@ -54,6 +54,22 @@ def test_table_is_created_once_with_its_layout(config: LaketideConfig) -> None:
     assert status_table(config).metadata_location == table.metadata_location  # idempotent
 
 
+def test_records_leave_one_metadata_file_per_commit(config: LaketideConfig) -> None:
+    """Each record is one commit and one metadata file: none is written for a table that already exists (the
+    status, maintenance and action tables are looked up once per record)."""
+    from laketide.maintain.record import MaintenanceRecord
+    from laketide.maintain.record import record as record_maintenance
+    from laketide.maintain.record import record_table
+
+    for i in range(5):
+        record(config, StatusRecord("clicks", P + timedelta(hours=i), State.CLOSED, rows=i))
+        record_maintenance(config, MaintenanceRecord(run_id="r", table_name="lake.clicks", action="expire_snapshots"))
+    for table in (status_table(config), record_table(config)):
+        folder = Path(table.metadata_location.removeprefix("file://").removeprefix("file:")).parent
+        files = sorted(p.name for p in folder.glob("*.metadata.json"))
+        assert len(table.metadata.snapshots) == 5
+        assert len(files) == 6, files  # the table's creation and its five commits, nothing else
+
 def test_round_trip_history_and_latest(config: LaketideConfig) -> None:
     verification = json.dumps({"success": True, "audit": 10})
     first = rec(State.COMPLETE, 0, 0, rows=9, snapshot_id=2**62 + 5, reason="idle window passed", run_id="r1")

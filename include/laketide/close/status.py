@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from laketide.close.partitions import PartitionStatus, State
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError, StatusRecordError
-from laketide.lake.catalog import append_rows, load_catalog
+from laketide.lake.catalog import append_rows, load_catalog, table_or_create
 from laketide.lake.hours import HOUR, hour_start
 
 if TYPE_CHECKING:
@@ -152,13 +152,9 @@ def status_table(config: LaketideConfig) -> Table:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import IdentityTransform
 
-    name = config.close.status_table
-    catalog = load_catalog(config.catalog)
-    catalog.create_namespace_if_not_exists(name.split(".")[0])
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="stream"))
-    return catalog.create_table_if_not_exists(
-        name, schema=table_schema(), partition_spec=spec, properties=TABLE_PROPERTIES
-    )
+    return table_or_create(load_catalog(config.catalog), config.close.status_table, table_schema(), spec,
+                           TABLE_PROPERTIES)
 
 
 def _arrow(table: Table, records: tuple[StatusRecord, ...]) -> pa.Table:

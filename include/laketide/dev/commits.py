@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest.landing import publish
-from laketide.lake.catalog import append_rows, load_catalog
+from laketide.lake.catalog import append_rows, load_catalog, table_or_create
 from laketide.lake.commits import (
     MAX_EVENT_TIME,
     MIN_EVENT_TIME,
@@ -64,14 +64,11 @@ def events_table(config: LaketideConfig, stream: StreamConfig) -> Table:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import HourTransform
 
-    catalog = load_catalog(config.catalog)
-    catalog.create_namespace_if_not_exists(stream.table.split(".")[0])
     schema = events_schema(stream)
     source = schema.find_field(stream.event_time_field).field_id
     spec = PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=HourTransform(),
                                         name=f"{stream.event_time_field}_hour"))
-    return catalog.create_table_if_not_exists(stream.table, schema=schema, partition_spec=spec,
-                                              properties={"format-version": "2"})
+    return table_or_create(load_catalog(config.catalog), stream.table, schema, spec, {"format-version": "2"})
 
 
 def land(stream: StreamConfig, hour: datetime, events: int, seq: int, producer: str = "dev") -> Path:

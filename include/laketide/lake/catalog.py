@@ -18,6 +18,8 @@ from laketide.errors import ConfigError, TableNotFoundError
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table, Transaction
     from pyiceberg.table.metadata import TableMetadata
 
@@ -89,6 +91,23 @@ def load_catalog(catalog: CatalogConfig) -> SqlCatalog:
             cached = _CATALOGS[key] = SqlCatalog(catalog.name, **pyiceberg_properties(catalog))
             constructions += 1
     return cached
+
+
+def table_or_create(catalog: SqlCatalog, name: str, schema: Schema, spec: PartitionSpec,
+                    properties: dict[str, str]) -> Table:
+    """The table ``name``, created (with its namespace) when missing.
+
+    Loaded first: pyiceberg's ``create_table_if_not_exists`` writes a new metadata file before it finds that the
+    table exists, so calling it for every status or maintenance record left one orphan ``00000-*.metadata.json``
+    per record in the table's metadata folder (and tried a catalog insert that could only fail)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return catalog.load_table(name)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        pass
+    catalog.create_namespace_if_not_exists(name.split(".")[0])
+    return catalog.create_table_if_not_exists(name, schema=schema, partition_spec=spec, properties=properties)
 
 
 def load_stream_table(config: LaketideConfig, name: str, stream: StreamConfig) -> Table:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.close.status import TABLE_PROPERTIES  # an append-only log table, like the status table
 from laketide.config import LaketideConfig
-from laketide.lake.catalog import append_rows, load_catalog
+from laketide.lake.catalog import append_rows, load_catalog, table_or_create
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -111,12 +111,9 @@ def record_table(config: LaketideConfig) -> Table:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import IdentityTransform
 
-    name = config.maintenance.record_table
-    catalog = load_catalog(config.catalog)
-    catalog.create_namespace_if_not_exists(name.split(".")[0])
     spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="table_name"))
-    return catalog.create_table_if_not_exists(name, schema=table_schema(), partition_spec=spec,
-                                              properties=TABLE_PROPERTIES)
+    return table_or_create(load_catalog(config.catalog), config.maintenance.record_table, table_schema(), spec,
+                           TABLE_PROPERTIES)
 
 
 def _retryable(exc: Exception) -> bool:

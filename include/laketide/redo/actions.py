@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.close.status import TABLE_PROPERTIES, StatusRecord
 from laketide.config import LaketideConfig
-from laketide.lake.catalog import append_rows, load_catalog
+from laketide.lake.catalog import append_rows, load_catalog, table_or_create
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -101,12 +101,9 @@ def action_table(config: LaketideConfig) -> Table:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import IdentityTransform
 
-    name = config.close.action_table
-    catalog = load_catalog(config.catalog)
-    catalog.create_namespace_if_not_exists(name.split(".")[0])
     spec = PartitionSpec(PartitionField(source_id=3, field_id=1000, transform=IdentityTransform(), name="stream"))
-    return catalog.create_table_if_not_exists(name, schema=table_schema(), partition_spec=spec,
-                                              properties=TABLE_PROPERTIES)
+    return table_or_create(load_catalog(config.catalog), config.close.action_table, table_schema(), spec,
+                           TABLE_PROPERTIES)
 
 
 def record(config: LaketideConfig, *records: ActionRecord) -> None:
