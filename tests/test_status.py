@@ -57,9 +57,8 @@ def test_table_is_created_once_with_its_layout(config: LaketideConfig) -> None:
 def test_records_leave_one_metadata_file_per_commit(config: LaketideConfig) -> None:
     """Each record is one commit and one metadata file: none is written for a table that already exists (the
     status, maintenance and action tables are looked up once per record)."""
-    from laketide.maintain.record import MaintenanceRecord
+    from laketide.maintain.record import MaintenanceRecord, record_table
     from laketide.maintain.record import record as record_maintenance
-    from laketide.maintain.record import record_table
 
     for i in range(5):
         record(config, StatusRecord("clicks", P + timedelta(hours=i), State.CLOSED, rows=i))
