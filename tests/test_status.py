@@ -56,7 +56,7 @@ def test_table_is_created_once_with_its_layout(config: LaketideConfig) -> None:
 
 def test_records_leave_one_metadata_file_per_commit(config: LaketideConfig) -> None:
     """Each record is one commit and one metadata file: none is written for a table that already exists (the
-    status, maintenance and action tables are looked up once per record)."""
+    status and maintenance tables here; the action table is found the same way, ``table_or_create``)."""
     from laketide.maintain.record import MaintenanceRecord, record_table
     from laketide.maintain.record import record as record_maintenance
 
@@ -68,6 +68,7 @@ def test_records_leave_one_metadata_file_per_commit(config: LaketideConfig) -> N
         files = sorted(p.name for p in folder.glob("*.metadata.json"))
         assert len(table.metadata.snapshots) == 5
         assert len(files) == 6, files  # the table's creation and its five commits, nothing else
+
 
 def test_round_trip_history_and_latest(config: LaketideConfig) -> None:
     verification = json.dumps({"success": True, "audit": 10})
