@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
+import pytest
+
+from laketide.errors import ConfigError
 from laketide.ingest.landing import data_dir
 from laketide.ingest.late_files import LateFiles, file_source_options
 from tests.helpers import load, write_config
@@ -100,3 +104,69 @@ def test_a_long_log_is_read_a_line_at_a_time(tmp_path: Path) -> None:
 def test_the_source_options_follow_the_configuration(tmp_path: Path) -> None:
     stream = load(write_config(tmp_path, max_file_age="30d")).stream("clicks")
     assert file_source_options(stream) == {"maxFileAge": f"{30 * DAY_MS}ms", "latestFirst": "false"}
+
+
+def finished_batch(checkpoint: Path, batch: int, log_offset: int) -> None:
+    """``offsets/<batch>`` and ``commits/<batch>`` as Spark writes them: the query finished ``batch``, whose file
+    source offset is the log batch ``log_offset``."""
+    for folder in ("offsets", "commits"):
+        (checkpoint / folder).mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{{}}}}\n{{"logOffset":{log_offset}}}')
+    (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Spark's file-source log keeps a line per file ever read; the writer rewrites each new compacted log file
+    without the entries older than ``source_log_retention`` behind the newest, except those of a batch the query
+    has not finished. A file landing older than the retention is then ambiguous (new, or a copy of one read before):
+    it is named and left, never touched."""
+    stream = load(write_config(tmp_path, max_file_age="7d", source_log_retention="20d")).stream("clicks")
+    checkpoint = stream.checkpoint_path
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    name = "20261122T03-p-{:08d}-0123abcd.jsonl".format
+    read_50d = landed(folder, name(0), now - 50 * DAY_MS)
+    read_30d = landed(folder, name(1), now - 30 * DAY_MS)
+    read_10d = landed(folder, name(2), now - 10 * DAY_MS)
+    newest = landed(folder, name(3), now - 60_000)
+    unfinished = landed(folder, name(4), now - 25 * DAY_MS)  # in the batch not finished yet: kept, however old
+    entries = [(read_50d, now - 50 * DAY_MS, 0), (read_30d, now - 30 * DAY_MS, 3), (read_10d, now - 10 * DAY_MS, 5),
+               (newest, now - 60_000, 8), (unfinished, now - 25 * DAY_MS, 9)]
+    logs = checkpoint / "sources" / "0"
+    logs.mkdir(parents=True)
+    lines = [json.dumps({"path": p.resolve().as_uri(), "timestamp": ts, "batchId": b}) for p, ts, b in entries]
+    (logs / "9.compact").write_text("\n".join(["v1", *lines]))
+    (logs / ".9.compact.crc").write_bytes(b"crc\x00stale")
+    finished_batch(checkpoint, 41, 8)
+
+    # a file copied back with its old time (cp -p) after its entry was dropped, and a new one 12 days old
+    os.utime(read_30d, ns=(now * 1_000_000, (now - 30 * DAY_MS) * 1_000_000))
+    new_12d = landed(folder, name(5), now - 12 * DAY_MS)
+    with caplog.at_level("INFO", logger="laketide.ingest.late_files"):
+        rescued = LateFiles(stream).rescue()
+
+    kept = [lines[2], lines[3], lines[4]]
+    assert (logs / "9.compact").read_text() == "\n".join(["v1", *kept])  # Spark's layout, the entries verbatim
+    assert not (logs / ".9.compact.crc").exists() and sorted(p.name for p in logs.iterdir()) == ["9.compact"]
+    assert rescued == [new_12d.name]  # within the retention: not in the log, so never read
+    assert (read_30d.stat().st_mtime_ns // 1_000_000, read_50d.stat().st_mtime_ns // 1_000_000) == (
+        now - 30 * DAY_MS, now - 50 * DAY_MS)  # older than the retention: left as they are
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and read_30d.name in r.getMessage()]
+    assert len(warned) == 1 and "source_log_retention" in warned[0] and f"touch {read_30d}" in warned[0], warned
+    assert "2 entries older than the source log's retention dropped" in caplog.text
+
+    # a log with nothing to drop is not rewritten; a log of which no batch is finished is not pruned at all
+    before = (logs / "9.compact").stat().st_mtime_ns
+    assert LateFiles(stream).rescue() == [] and (logs / "9.compact").stat().st_mtime_ns == before
+    shutil.rmtree(checkpoint / "commits")
+    (logs / "19.compact").write_text("\n".join(["v1", lines[0], *kept]))
+    LateFiles(stream).rescue()
+    assert (logs / "19.compact").read_text() == "\n".join(["v1", lines[0], *kept])
+
+
+def test_the_retention_is_no_shorter_than_what_the_source_remembers(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"source_log_retention: 259200s is shorter than max_file_age \(604800s\)"):
+        load(write_config(tmp_path, max_file_age="7d", source_log_retention="3d"))

@@ -68,8 +68,14 @@ class StreamConfig(_Strict):
     max_clock_skew: timedelta = timedelta(minutes=5)
     #: the window of landing files the writer's file source remembers, by modification time behind the newest file
     #: (Spark's maxFileAge): it bounds the writer's memory. A file landing with an older modification time (cp -p,
-    #: rsync -t) is still ingested: the writer sets its modification time to now (see laketide.ingest.late_files)
+    #: rsync -t), within source_log_retention, is still ingested: the writer sets its modification time to now (see
+    #: laketide.ingest.late_files)
     max_file_age: timedelta = timedelta(days=7)
+    #: how long the file source's log in the checkpoint keeps a read file's entry, by modification time behind the
+    #: newest file (Spark keeps every entry for ever): it bounds the log. A file landing with a modification time
+    #: older than this is not ingested automatically but named (see laketide.ingest.late_files). At least
+    #: max_file_age
+    source_log_retention: timedelta = timedelta(days=60)
     #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lake.lease)
     writer_lease: timedelta = timedelta(seconds=60)
     #: a landing line longer than this (in bytes, without its newline) is rejected unparsed
@@ -102,7 +108,7 @@ class StreamConfig(_Strict):
     done_markers: DoneMarkersConfig | None = None
 
     @field_validator("trigger_interval", "idle_window", "max_future", "max_clock_skew", "max_file_age",
-                     mode="before")
+                     "source_log_retention", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return positive_duration(value)
@@ -185,6 +191,11 @@ class StreamConfig(_Strict):
                 "events beyond max_future are rejected anyway; keep max_clock_skew to a few minutes")
         if self.max_file_age < timedelta(hours=1):
             raise ValueError(f"max_file_age: {_secs(self.max_file_age)} is shorter than an hour: use e.g. '7d'")
+        if self.source_log_retention < self.max_file_age:
+            raise ValueError(
+                f"source_log_retention: {_secs(self.source_log_retention)} is shorter than max_file_age "
+                f"({_secs(self.max_file_age)}): the file source must find in its log every file it still remembers; "
+                "use e.g. '60d'")
         if self.table == self.rejects_table:
             raise ValueError(f"rejects_table: {self.table!r} is also the events table; name another table")
         if self.idle_window <= self.trigger_interval:

@@ -20,6 +20,14 @@ Why this is safe (a file is never taken twice):
   ``chmod -R`` over the landing zone makes every file such a candidate once: all are found in the log, none is
   touched.
 
+The log is bounded: Spark keeps an entry per file ever read, compacted every ten batches into one file that it
+rewrites whole (173 MB after 300,000 files). :class:`SourceHorizon` rewrites each new compacted file without the
+entries older than ``source_log_retention`` behind the newest one (and only those of batches the query finished,
+which no restart reads again). Spark itself forgets them: on restart it purges every entry older than
+``max_file_age`` (no longer than the retention) behind the newest, and a later compaction carries the shorter file
+forward. The price is one rule: a candidate older than the retention cannot be told apart from a copy of a file
+read before, so it is not touched but named, with what to do (set its modification time to now by hand).
+
 Stdlib only; the writer's driver calls :meth:`LateFiles.rescue` before its stream starts and every trigger interval.
 """
 
@@ -29,13 +37,15 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from laketide.config import StreamConfig
 from laketide.errors import CheckpointFormatError
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.ingest.landing import data_dir
-from laketide.lake.checkpoint_log import file_name, log_files, source_entries, source_log
+from laketide.lake.checkpoint_log import committed_source_batch, file_name, log_files, prune, source_entries, source_log
 
 log = logging.getLogger("laketide.ingest.late_files")
 
@@ -44,26 +54,46 @@ log = logging.getLogger("laketide.ingest.late_files")
 SLACK_MS = 2_000
 
 
+def _ms(delta: timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
 @dataclass
 class SourceHorizon:
-    """The newest modification time in the file source's log, read incrementally (each log file once)."""
+    """The newest modification time in the file source's log, read incrementally (each log file once); each new
+    compacted log file is rewritten without the entries older than ``retention_ms`` behind it."""
 
     checkpoint: Path
+    retention_ms: int
     newest_ms: int | None = None
     _read: set[str] = field(default_factory=set)
 
     def refresh(self) -> int | None:
         """The newest modification time of a taken file (None: the source has taken nothing yet)."""
         present = log_files(source_log(self.checkpoint))
-        for path in present:
-            if path.name in self._read:
-                continue
+        fresh = [path for path in present if path.name not in self._read]
+        for path in fresh:
             for entry in source_entries(self.checkpoint, [path]):
                 stamp = int(entry["timestamp"])
                 self.newest_ms = stamp if self.newest_ms is None else max(self.newest_ms, stamp)
             self._read.add(path.name)
         self._read &= {p.name for p in present}  # Spark deletes log files once compacted: forget them too
+        compacted = [path for path in present if path.name.endswith(".compact")]
+        if compacted and compacted[-1] in fresh and self.newest_ms is not None:
+            self._prune(compacted[-1], self.newest_ms - self.retention_ms)
         return self.newest_ms
+
+    def _prune(self, path: Path, forget_before_ms: int) -> None:
+        finished = committed_source_batch(self.checkpoint)
+        if finished is None:
+            return
+
+        def keep(entry: dict[str, Any]) -> bool:
+            return int(entry["timestamp"]) >= forget_before_ms or int(entry["batchId"]) >= finished
+
+        dropped = prune(path, keep)
+        if dropped:
+            log.info("file source log %s: %d entries older than the source log's retention dropped", path, dropped)
 
 
 @dataclass
@@ -76,7 +106,7 @@ class LateFiles:
     looked_until_ms: int = 0
 
     def __post_init__(self) -> None:
-        self.horizon = SourceHorizon(self.stream.checkpoint_path)
+        self.horizon = SourceHorizon(self.stream.checkpoint_path, _ms(self.stream.source_log_retention))
 
     def candidates(self, files: list[Landed], horizon_ms: int) -> list[Landed]:
         """Files Spark's source will skip if it never took them: older than the horizon, landed since the last look."""
@@ -97,7 +127,8 @@ class LateFiles:
             return []
         if newest is None:  # nothing taken yet: Spark's horizon is 0, it skips no file
             return []
-        horizon_ms = newest - int(self.stream.max_file_age.total_seconds() * 1000)
+        horizon_ms = newest - _ms(self.stream.max_file_age)
+        forgotten_ms = newest - _ms(self.stream.source_log_retention)
         candidates = self.candidates(landed_files(self.stream.landing_path), horizon_ms)
         rescued: list[str] = []
         if candidates:
@@ -107,6 +138,14 @@ class LateFiles:
             folder = data_dir(self.stream.landing_path)
             for f in candidates:
                 if f.name in taken:
+                    continue
+                if f.mtime_ms < forgotten_ms:
+                    log.warning("stream %s: landing file %s landed with a modification time of %s, older than the "
+                                "file source's log remembers the files read (source_log_retention %s behind its "
+                                "newest file): it may be a copy of a file ingested before, so it is not ingested; if "
+                                "it is new, set its modification time to now (touch %s) and the next batch ingests "
+                                "it", self.stream.name, f.name, _iso(f.mtime_ms), self.stream.source_log_retention,
+                                folder / f.name)
                     continue
                 path = folder / f.name
                 try:

@@ -9,7 +9,8 @@ Spark upgrade fails loudly instead of being misread.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -62,3 +63,42 @@ def source_entries(checkpoint: Path, files: list[Path] | None = None) -> Iterato
         for line in log_lines(path):
             if line.strip():
                 yield json.loads(line)
+
+
+def committed_source_batch(checkpoint: Path) -> int | None:
+    """The file source's log batch (``logOffset``) of the last batch the query finished (``commits/``): a restart
+    plans from the batch after it, so the entries of this log batch and of every earlier one are never read again
+    to plan or recover a batch. None: no finished batch yet."""
+    commits = [p for p in log_files(checkpoint / "commits") if p.name.isdigit()]
+    if not commits:
+        return None
+    lines = check_format(checkpoint / "offsets" / commits[-1].name)  # the batch's metadata, then one per source
+    if len(lines) < 2:
+        raise CheckpointFormatError(f"{checkpoint / 'offsets' / commits[-1].name}: no offset of the file source")
+    return int(json.loads(lines[1])["logOffset"])
+
+
+def prune(path: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite the file-source log file ``path`` without the entries ``keep`` refuses; return how many it dropped.
+
+    The rest is kept verbatim, in Spark's own layout (the version line, then ``\n`` and an entry per line). The
+    new file is written beside it under a hidden name (which Spark's log ignores), synced, and renamed over it;
+    Hadoop's checksum file of the old one (``.<name>.crc``) is removed first, as a file without one is read
+    unchecked while a stale one would fail the read. Nothing is rewritten when nothing is dropped."""
+    temp = path.with_name(f".{path.name}.laketide-prune")
+    dropped = 0
+    with temp.open("w", encoding="utf-8") as out:
+        out.write(VERSION)
+        for line in log_lines(path):
+            if line.strip() and not keep(json.loads(line)):
+                dropped += 1
+                continue
+            out.write("\n" + line)
+        out.flush()
+        os.fsync(out.fileno())
+    if not dropped or not path.exists():  # nothing to drop, or Spark deleted the file meanwhile (compacted away)
+        temp.unlink()
+        return 0
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    os.replace(temp, path)
+    return dropped
