@@ -182,6 +182,66 @@ def test_a_file_landed_with_an_old_modification_time_is_ingested(edges: Edges) -
     assert verified.success and verified.lake == 60 and verified.audit == 60, verified.message()
 
 
+def test_the_source_log_keeps_its_retention_and_a_restart_reads_nothing_twice(spark: Any, tmp_path: Path) -> None:
+    """The real writer on files read over six days (one a batch, the file source's log compacted every three
+    batches), ``max_file_age`` 1 day, ``source_log_retention`` 2 days: the compacted log loses the entries older than
+    the retention; Spark restarts on it and reads no file again, and its next compaction carries the shorter log
+    forward. A file landing 36 hours old is ingested; one landing 10 days old is named and left until touched."""
+    config_path = write_config(tmp_path, catalog_name=unique_catalog("retention"), max_file_age="1d",
+                               source_log_retention="2d", max_files_per_trigger=1)
+    config = load(config_path)
+    stream = config.stream("clicks")
+    now = datetime.now(UTC)
+
+    def land_old(seq: int, age: timedelta) -> Path:
+        at = now - age  # events stamped when the file was written, so that its landing time admits them
+        lines = [event(f"r-{seq}-{i}", at - timedelta(minutes=1, milliseconds=i)) for i in range(5)]
+        path = publish(stream.landing_path, lines, partition_key(at - timedelta(minutes=1)), "p", seq, "clicks")
+        os.utime(path, (at.timestamp(), at.timestamp()))
+        return path
+
+    def entries() -> set[str]:  # the landing files in the newest compacted file of the source's log
+        compact = max((stream.checkpoint_path / "sources" / "0").glob("*.compact"),
+                      key=lambda p: int(p.name.split(".")[0]))
+        return {json.loads(line)["path"].rsplit("/", 1)[-1] for line in compact.read_text().splitlines()[1:]}
+
+    def lake() -> list[str]:
+        return load_catalog(config.catalog).load_table("lake.clicks").scan().to_arrow()["event_id"].to_pylist()
+
+    spark.conf.set("spark.sql.streaming.fileSource.log.compactInterval", "3")
+    try:
+        read = [land_old(seq, timedelta(days=days)) for seq, days in enumerate([6, 5, 4, 3, 2, 1 / 24])]
+        run_group_here(spark, config_path)  # log batches 0-5, compacted at 2 and 5
+        assert len(lake()) == 30
+
+        late = land_old(10, timedelta(hours=36))  # beyond max_file_age, within the retention
+        too_old = land_old(11, timedelta(days=10))  # beyond the retention
+        fresh = [land_old(12, timedelta(minutes=30)), land_old(13, timedelta(0))]
+        run_group_here(spark, config_path)  # the restart prunes the log first; then log batches 6-8, compacted at 8
+        ids = lake()
+        assert len(ids) == 45 and len(set(ids)) == 45  # nothing read twice
+        assert not any(i.startswith("r-11-") for i in ids)
+        kept = entries()
+        assert not kept & {p.name for p in read[:4]}, kept  # more than 2 days older than the newest: gone
+        assert {p.name for p in [*read[4:], late, *fresh]} <= kept
+        log = writer_log(config_path)
+        assert f"landing file {late.name} landed with a modification time of" in log
+        assert log.count(f"landing file {too_old.name} landed with a modification time of") == 1 and "touch " in log
+        assert "5.compact: dropped 4 entries older than the retention" in log  # the four oldest files read
+
+        os.utime(too_old)  # what the warning says to do
+        run_group_here(spark, config_path)
+        ids = lake()
+        assert len(ids) == 50 and len(set(ids)) == 50
+        rejects = load_catalog(config.catalog).load_table("lake.clicks_rejects").scan().to_arrow().num_rows
+        assert rejects == 0
+        # Spark's compaction at batch 8 read the pruned file: the writer found one entry more to drop in it (the
+        # file of two days ago, now older than the retention), not five
+        assert "8.compact: dropped 1 entry older than the retention" in writer_log(config_path)
+    finally:
+        spark.conf.unset("spark.sql.streaming.fileSource.log.compactInterval")
+
+
 # -- bytes that are not text, lines that are not records ---------------------------------------------------
 
 def odd_file(edges: Edges, hour: datetime) -> tuple[Path, dict[str, str], int]:

@@ -15,7 +15,7 @@ import pytest
 
 from laketide.errors import ConfigError
 from laketide.ingest.landing import data_dir
-from laketide.ingest.late_files import LateFiles, file_source_options
+from laketide.ingest.late_files import SLACK_MS, LateFiles, file_source_options
 from tests.helpers import load, write_config
 
 DAY_MS = 86_400_000
@@ -118,10 +118,11 @@ def finished_batch(checkpoint: Path, batch: int, log_offset: int) -> None:
 
 def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Spark's file-source log keeps a line per file ever read; the writer rewrites each new compacted log file
+    """Spark's file-source log keeps a line per file ever read; the writer rewrites the newest compacted log file
     without the entries older than ``source_log_retention`` behind the newest, except those of a batch the query
     has not finished. A file landing older than the retention is then ambiguous (new, or a copy of one read before):
-    it is named and left, never touched."""
+    it is named and left, never touched. The time of the last look is kept in the checkpoint, so a restarted
+    writer does not name the files it has read before."""
     stream = load(write_config(tmp_path, max_file_age="7d", source_log_retention="20d")).stream("clicks")
     checkpoint = stream.checkpoint_path
     folder = data_dir(stream.landing_path)
@@ -141,26 +142,30 @@ def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
     (logs / "9.compact").write_text("\n".join(["v1", *lines]))
     (logs / ".9.compact.crc").write_bytes(b"crc\x00stale")
     finished_batch(checkpoint, 41, 8)
+    new_12d = landed(folder, name(5), now - 12 * DAY_MS)  # new, beyond max_file_age, within the retention
+    time.sleep(SLACK_MS / 1000 + 0.2)  # what landed so far landed before the first look
 
-    # a file copied back with its old time (cp -p) after its entry was dropped, and a new one 12 days old
-    os.utime(read_30d, ns=(now * 1_000_000, (now - 30 * DAY_MS) * 1_000_000))
-    new_12d = landed(folder, name(5), now - 12 * DAY_MS)
     with caplog.at_level("INFO", logger="laketide.ingest.late_files"):
-        rescued = LateFiles(stream).rescue()
+        assert LateFiles(stream).rescue() == [new_12d.name]  # checked against the whole log, then the log pruned
+        kept = [lines[2], lines[3], lines[4]]
+        assert (logs / "9.compact").read_text() == "\n".join(["v1", *kept])  # Spark's layout, entries verbatim
+        assert not (logs / ".9.compact.crc").exists()
+        assert "dropped 2 entries older than the retention" in caplog.text
 
-    kept = [lines[2], lines[3], lines[4]]
-    assert (logs / "9.compact").read_text() == "\n".join(["v1", *kept])  # Spark's layout, the entries verbatim
-    assert not (logs / ".9.compact.crc").exists() and sorted(p.name for p in logs.iterdir()) == ["9.compact"]
-    assert rescued == [new_12d.name]  # within the retention: not in the log, so never read
-    assert (read_30d.stat().st_mtime_ns // 1_000_000, read_50d.stat().st_mtime_ns // 1_000_000) == (
-        now - 30 * DAY_MS, now - 50 * DAY_MS)  # older than the retention: left as they are
-    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and read_30d.name in r.getMessage()]
-    assert len(warned) == 1 and "source_log_retention" in warned[0] and f"touch {read_30d}" in warned[0], warned
-    assert "2 entries older than the source log's retention dropped" in caplog.text
+        # the file read 30 days ago is copied back with its time (cp -p); the writer restarts twice
+        os.utime(read_30d, ns=(now * 1_000_000, (now - 30 * DAY_MS) * 1_000_000))
+        time.sleep(SLACK_MS / 1000 + 0.2)
+        assert LateFiles(stream).rescue() == []
+        assert LateFiles(stream).rescue() == []  # looked at already: not named again
+    assert read_30d.stat().st_mtime_ns // 1_000_000 == now - 30 * DAY_MS  # left as it is
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "source_log_retention" in
+              r.getMessage()]
+    assert len(warned) == 1 and read_30d.name in warned[0] and f"touch {read_30d}" in warned[0], warned
 
     # a log with nothing to drop is not rewritten; a log of which no batch is finished is not pruned at all
     before = (logs / "9.compact").stat().st_mtime_ns
-    assert LateFiles(stream).rescue() == [] and (logs / "9.compact").stat().st_mtime_ns == before
+    LateFiles(stream).rescue()
+    assert (logs / "9.compact").stat().st_mtime_ns == before
     shutil.rmtree(checkpoint / "commits")
     (logs / "19.compact").write_text("\n".join(["v1", lines[0], *kept]))
     LateFiles(stream).rescue()

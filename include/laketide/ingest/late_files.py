@@ -33,6 +33,7 @@ Stdlib only; the writer's driver calls :meth:`LateFiles.rescue` before its strea
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -52,6 +53,8 @@ log = logging.getLogger("laketide.ingest.late_files")
 #: how far before the last look a file's status-change time may lie and still count as landed since (clock and
 #: file-system timestamp granularity)
 SLACK_MS = 2_000
+#: the file in the checkpoint folder (beside Spark's own) that keeps the time of the writer's last look
+LOOKED_FILE = "laketide-late-files.json"
 
 
 def _ms(delta: timedelta) -> int:
@@ -60,40 +63,46 @@ def _ms(delta: timedelta) -> int:
 
 @dataclass
 class SourceHorizon:
-    """The newest modification time in the file source's log, read incrementally (each log file once); each new
-    compacted log file is rewritten without the entries older than ``retention_ms`` behind it."""
+    """The newest modification time in the file source's log, read incrementally (each log file once); the newest
+    compacted log file is rewritten once without the entries older than ``retention_ms`` behind it (:meth:`prune`)."""
 
     checkpoint: Path
     retention_ms: int
     newest_ms: int | None = None
     _read: set[str] = field(default_factory=set)
+    _pruned: str | None = None
 
     def refresh(self) -> int | None:
         """The newest modification time of a taken file (None: the source has taken nothing yet)."""
         present = log_files(source_log(self.checkpoint))
-        fresh = [path for path in present if path.name not in self._read]
-        for path in fresh:
+        for path in present:
+            if path.name in self._read:
+                continue
             for entry in source_entries(self.checkpoint, [path]):
                 stamp = int(entry["timestamp"])
                 self.newest_ms = stamp if self.newest_ms is None else max(self.newest_ms, stamp)
             self._read.add(path.name)
         self._read &= {p.name for p in present}  # Spark deletes log files once compacted: forget them too
-        compacted = [path for path in present if path.name.endswith(".compact")]
-        if compacted and compacted[-1] in fresh and self.newest_ms is not None:
-            self._prune(compacted[-1], self.newest_ms - self.retention_ms)
         return self.newest_ms
 
-    def _prune(self, path: Path, forget_before_ms: int) -> None:
+    def prune(self) -> int:
+        """Rewrite the newest compacted log file, once, without the entries older than the retention behind the
+        newest time, except those of log batches the query has not finished; return how many were dropped."""
+        compacted = [p for p in log_files(source_log(self.checkpoint)) if p.name.endswith(".compact")]
         finished = committed_source_batch(self.checkpoint)
-        if finished is None:
-            return
+        if not compacted or compacted[-1].name == self._pruned or finished is None or self.newest_ms is None:
+            return 0
+        forget_before_ms = self.newest_ms - self.retention_ms
 
         def keep(entry: dict[str, Any]) -> bool:
             return int(entry["timestamp"]) >= forget_before_ms or int(entry["batchId"]) >= finished
 
-        dropped = prune(path, keep)
+        dropped = prune(compacted[-1], keep)
+        self._pruned = compacted[-1].name
         if dropped:
-            log.info("file source log %s: %d entries older than the source log's retention dropped", path, dropped)
+            log.info("file source log %s: dropped %d %s older than the retention", compacted[-1], dropped,
+                     "entry" if dropped == 1 else "entries")
+        return dropped
 
 
 @dataclass
@@ -102,15 +111,22 @@ class LateFiles:
 
     stream: StreamConfig
     horizon: SourceHorizon = field(init=False)
-    #: files that landed before this (ms since the epoch, less ``SLACK_MS``) have been looked at
-    looked_until_ms: int = 0
+    #: files that landed before this (ms since the epoch, less ``SLACK_MS``) have been looked at; kept in the
+    #: checkpoint (:data:`LOOKED_FILE`) so that a restarted writer goes on from there
+    looked_until_ms: int | None = None
+    #: files named as older than the retention, with their landing time: named once per landing
+    _named: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.horizon = SourceHorizon(self.stream.checkpoint_path, _ms(self.stream.source_log_retention))
 
+    @property
+    def looked_file(self) -> Path:
+        return self.stream.checkpoint_path / LOOKED_FILE
+
     def candidates(self, files: list[Landed], horizon_ms: int) -> list[Landed]:
         """Files Spark's source will skip if it never took them: older than the horizon, landed since the last look."""
-        since = self.looked_until_ms - SLACK_MS
+        since = (self.looked_until_ms or 0) - SLACK_MS
         return [f for f in files if f.mtime_ms < horizon_ms and f.landed_ms >= since]
 
     def rescue(self) -> list[str]:
@@ -119,6 +135,8 @@ class LateFiles:
         A checkpoint log in an unknown format, or a file that cannot be touched (a read-only landing zone), is
         logged and left: the file then stays pending, and the close's verification names it."""
         started_ms = int(time.time() * 1000)
+        if self.looked_until_ms is None:
+            self.looked_until_ms = _read_looked(self.looked_file)
         try:
             newest = self.horizon.refresh()
         except (CheckpointFormatError, OSError, ValueError, KeyError) as exc:
@@ -127,42 +145,74 @@ class LateFiles:
             return []
         if newest is None:  # nothing taken yet: Spark's horizon is 0, it skips no file
             return []
+        rescued = self._look(newest)
+        self.looked_until_ms = started_ms
+        _write_looked(self.looked_file, started_ms)
+        try:  # after the look: a file is checked against the log as it was when the file landed
+            self.horizon.prune()
+        except (CheckpointFormatError, OSError, ValueError, KeyError) as exc:
+            log.error("stream %s: the file source's log in %s was not pruned (%s)", self.stream.name,
+                      self.stream.checkpoint_path, exc)
+        return rescued
+
+    def _look(self, newest: int) -> list[str]:
         horizon_ms = newest - _ms(self.stream.max_file_age)
         forgotten_ms = newest - _ms(self.stream.source_log_retention)
         candidates = self.candidates(landed_files(self.stream.landing_path), horizon_ms)
+        since = (self.looked_until_ms or 0) - SLACK_MS
+        self._named = {name: landed for name, landed in self._named.items() if landed >= since}
+        if not candidates:
+            return []
         rescued: list[str] = []
-        if candidates:
-            wanted = {f.name for f in candidates}
-            taken = {file_name(e) for e in source_entries(self.stream.checkpoint_path) if file_name(e) in wanted}
-            now_ns = time.time_ns()
-            folder = data_dir(self.stream.landing_path)
-            for f in candidates:
-                if f.name in taken:
+        wanted = {f.name for f in candidates}
+        taken = {file_name(e) for e in source_entries(self.stream.checkpoint_path) if file_name(e) in wanted}
+        now_ns = time.time_ns()
+        folder = data_dir(self.stream.landing_path)
+        for f in candidates:
+            if f.name in taken:
+                continue
+            if f.mtime_ms < forgotten_ms:
+                if self._named.get(f.name) == f.landed_ms:
                     continue
-                if f.mtime_ms < forgotten_ms:
-                    log.warning("stream %s: landing file %s landed with a modification time of %s, older than the "
-                                "file source's log remembers the files read (source_log_retention %s behind its "
-                                "newest file): it may be a copy of a file ingested before, so it is not ingested; if "
-                                "it is new, set its modification time to now (touch %s) and the next batch ingests "
-                                "it", self.stream.name, f.name, _iso(f.mtime_ms), self.stream.source_log_retention,
-                                folder / f.name)
-                    continue
-                path = folder / f.name
-                try:
-                    os.utime(path, ns=(path.stat().st_atime_ns, now_ns))
-                except OSError as exc:
-                    log.error("stream %s: landing file %s has a modification time (%s) older than the file source "
-                              "remembers (max_file_age %s behind its newest file) and could not be refreshed (%s): "
-                              "it will not be ingested; touch it by hand", self.stream.name, f.name,
-                              _iso(f.mtime_ms), self.stream.max_file_age, exc)
-                    continue
-                rescued.append(f.name)
-                log.warning("stream %s: landing file %s landed with a modification time of %s, older than the file "
-                            "source remembers (max_file_age %s behind its newest file, which would skip it for ever): "
-                            "its modification time is now the time it is read, and the next batch ingests it",
-                            self.stream.name, f.name, _iso(f.mtime_ms), self.stream.max_file_age)
-        self.looked_until_ms = started_ms
+                self._named[f.name] = f.landed_ms
+                log.warning("stream %s: landing file %s landed with a modification time of %s, older than the "
+                            "file source's log remembers the files read (source_log_retention %s behind its "
+                            "newest file): it may be a copy of a file ingested before, so it is not ingested; if "
+                            "it is new, set its modification time to now (touch %s) and the next batch ingests "
+                            "it", self.stream.name, f.name, _iso(f.mtime_ms), self.stream.source_log_retention,
+                            folder / f.name)
+                continue
+            path = folder / f.name
+            try:
+                os.utime(path, ns=(path.stat().st_atime_ns, now_ns))
+            except OSError as exc:
+                log.error("stream %s: landing file %s has a modification time (%s) older than the file source "
+                          "remembers (max_file_age %s behind its newest file) and could not be refreshed (%s): "
+                          "it will not be ingested; touch it by hand", self.stream.name, f.name,
+                          _iso(f.mtime_ms), self.stream.max_file_age, exc)
+                continue
+            rescued.append(f.name)
+            log.warning("stream %s: landing file %s landed with a modification time of %s, older than the file "
+                        "source remembers (max_file_age %s behind its newest file, which would skip it for ever): "
+                        "its modification time is now the time it is read, and the next batch ingests it",
+                        self.stream.name, f.name, _iso(f.mtime_ms), self.stream.max_file_age)
         return rescued
+
+
+def _read_looked(path: Path) -> int:
+    """The time of a previous writer's last look (0: none, or unreadable: every old file is looked at again)."""
+    try:
+        return int(json.loads(path.read_text())["looked_until_ms"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _write_looked(path: Path, looked_ms: int) -> None:
+    if not path.parent.is_dir():
+        return  # no checkpoint yet (nothing taken)
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(json.dumps({"looked_until_ms": looked_ms}))
+    os.replace(temp, path)
 
 
 def _iso(ms: int) -> str:
