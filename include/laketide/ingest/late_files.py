@@ -13,20 +13,23 @@ Why this is safe (a file is never taken twice):
   source's own log (the newest time it holds, less ``max_file_age``): never later than the horizon Spark applies,
   so Spark would skip the file at every listing. A file in Spark's cache of listed files (a backlog) was newer
   than the horizon when listed and stays so: files are taken oldest first, so the horizon never passes them;
-* a file the log holds (taken, in any batch ever) is never touched. Spark forgets a taken file from memory once it
-  is older than the horizon, but never from its log, which is what is checked;
+* a file the log holds is never touched. Spark forgets a taken file from memory once it is older than the
+  horizon; its log keeps the entry for ``source_log_retention`` (below), and a file older than that is never
+  touched either;
 * the log is read in full only when a file could need it: a file that landed (its status-change time, set by the
   rename or copy into ``data/``) since the last look, with a modification time older than the horizon. A
-  ``chmod -R`` over the landing zone makes every file such a candidate once: all are found in the log, none is
-  touched.
+  ``chmod -R`` over the landing zone makes every file such a candidate once: all are found in the log (or are
+  older than the retention), none is touched. The time of the last look is kept in the checkpoint
+  (:data:`LOOKED_FILE`), so a restarted writer goes on from it.
 
 The log is bounded: Spark keeps an entry per file ever read, compacted every ten batches into one file that it
-rewrites whole (173 MB after 300,000 files). :class:`SourceHorizon` rewrites each new compacted file without the
-entries older than ``source_log_retention`` behind the newest one (and only those of batches the query finished,
-which no restart reads again). Spark itself forgets them: on restart it purges every entry older than
-``max_file_age`` (no longer than the retention) behind the newest, and a later compaction carries the shorter file
-forward. The price is one rule: a candidate older than the retention cannot be told apart from a copy of a file
-read before, so it is not touched but named, with what to do (set its modification time to now by hand).
+rewrites whole (173 MB after 300,000 files). After each look, :meth:`SourceHorizon.prune` rewrites the newest
+compacted file once without the entries older than ``source_log_retention`` behind the newest one (and only those
+of log batches the query has finished, which no restart reads again). Spark itself forgets them: on restart it
+purges every entry older than ``max_file_age`` (no longer than the retention) behind the newest, and its next
+compaction carries the shorter file forward. The price is one rule: a candidate older than the retention cannot
+be told apart from a copy of a file read before, so it is not touched but named once, with what to do (set its
+modification time to now by hand).
 
 Stdlib only; the writer's driver calls :meth:`LateFiles.rescue` before its stream starts and every trigger interval.
 """
@@ -44,6 +47,7 @@ from typing import Any
 
 from laketide.config import StreamConfig
 from laketide.errors import CheckpointFormatError
+from laketide.ingest.columns import human
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.ingest.landing import data_dir
 from laketide.lake.checkpoint_log import committed_source_batch, file_name, log_files, prune, source_entries, source_log
@@ -179,7 +183,7 @@ class LateFiles:
                             "file source's log remembers the files read (source_log_retention %s behind its "
                             "newest file): it may be a copy of a file ingested before, so it is not ingested; if "
                             "it is new, set its modification time to now (touch %s) and the next batch ingests "
-                            "it", self.stream.name, f.name, _iso(f.mtime_ms), self.stream.source_log_retention,
+                            "it", self.stream.name, f.name, _iso(f.mtime_ms), human(self.stream.source_log_retention),
                             folder / f.name)
                 continue
             path = folder / f.name
@@ -189,13 +193,13 @@ class LateFiles:
                 log.error("stream %s: landing file %s has a modification time (%s) older than the file source "
                           "remembers (max_file_age %s behind its newest file) and could not be refreshed (%s): "
                           "it will not be ingested; touch it by hand", self.stream.name, f.name,
-                          _iso(f.mtime_ms), self.stream.max_file_age, exc)
+                          _iso(f.mtime_ms), human(self.stream.max_file_age), exc)
                 continue
             rescued.append(f.name)
             log.warning("stream %s: landing file %s landed with a modification time of %s, older than the file "
                         "source remembers (max_file_age %s behind its newest file, which would skip it for ever): "
                         "its modification time is now the time it is read, and the next batch ingests it",
-                        self.stream.name, f.name, _iso(f.mtime_ms), self.stream.max_file_age)
+                        self.stream.name, f.name, _iso(f.mtime_ms), human(self.stream.max_file_age))
         return rescued
 
 
