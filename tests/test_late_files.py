@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 from laketide.errors import ConfigError
 from laketide.ingest.landing import data_dir
 from laketide.ingest.late_files import SLACK_MS, LateFiles, file_source_options
+from laketide.lake.checkpoint_log import PRUNE_SUFFIX
 from tests.helpers import load, write_config
 
 DAY_MS = 86_400_000
@@ -175,3 +178,60 @@ def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
 def test_the_retention_is_no_shorter_than_what_the_source_remembers(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"source_log_retention: 259200s is shorter than max_file_age \(604800s\)"):
         load(write_config(tmp_path, max_file_age="7d", source_log_retention="3d"))
+
+
+def size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return -1
+
+
+PRUNE = """
+import sys
+from laketide.ingest.late_files import LateFiles
+from tests.helpers import load
+LateFiles(load(__import__("pathlib").Path(sys.argv[1])).stream("clicks")).rescue()
+"""
+
+
+def test_two_writers_pruning_at_once_and_one_killed_midway_leave_a_complete_log(tmp_path: Path) -> None:
+    """A frozen writer resumed beside the one that overtook it prunes the same log file at the same time; a writer
+    is killed while it rewrites it. The log is always either the old file or the pruned one, complete."""
+    config_path = write_config(tmp_path, max_file_age="7d", source_log_retention="20d")
+    stream = load(config_path).stream("clicks")
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    old = [json.dumps({"path": (folder / f"20261022T03-p-{i:08d}-0123abcd.jsonl").as_uri(),
+                       "timestamp": now - 40 * DAY_MS, "batchId": 1}) for i in range(80_000)]
+    new = [json.dumps({"path": (folder / f"20261126T03-p-{i:08d}-0123abcd.jsonl").as_uri(),
+                       "timestamp": now - 60_000, "batchId": 9}) for i in range(5_000)]
+    whole = "\n".join(["v1", *new, *old])  # the entries kept first: the rewrite then reads for long after them
+    logs = stream.checkpoint_path / "sources" / "0"
+    logs.mkdir(parents=True)
+    finished_batch(stream.checkpoint_path, 12, 9)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = [sys.executable, "-c", PRUNE, str(config_path)]
+
+    # killed while it writes the new file, early and late: the old file is left, complete
+    pruned_size = len("\n".join(["v1", *new]))
+    for written in (0, pruned_size - 65_536):  # (less than a write buffer: the rest is written at the end)
+        (logs / "9.compact").write_text(whole)
+        for temp in logs.glob(f"*{PRUNE_SUFFIX}"):
+            temp.unlink()
+        proc = subprocess.Popen(run, env=env)
+        deadline = time.monotonic() + 60
+        while not any(size(t) > written for t in logs.glob(f"*{PRUNE_SUFFIX}")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the rewrite was not seen under way"
+            time.sleep(0.002)
+        proc.kill()
+        proc.wait()
+        assert (logs / "9.compact").read_text() == whole
+        assert list(logs.glob(f".9.compact.*{PRUNE_SUFFIX}"))  # killed midway: its hidden file is left
+    # two at once
+    (logs / "9.compact").write_text(whole)
+    procs = [subprocess.Popen(run, env=env) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert (logs / "9.compact").read_text() == "\n".join(["v1", *new])  # each dropped the same: no mixture
+    assert sorted(p.name for p in logs.iterdir() if not p.name.endswith(PRUNE_SUFFIX)) == ["9.compact"]

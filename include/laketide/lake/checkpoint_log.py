@@ -8,8 +8,11 @@ Spark upgrade fails loudly instead of being misread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ from urllib.parse import unquote
 from laketide.errors import CheckpointFormatError
 
 VERSION = "v1"
+#: the end of the name of a log file being rewritten by :func:`prune` (hidden: Spark's log and this module skip it)
+PRUNE_SUFFIX = ".laketide-prune"
 
 
 def check_format(path: Path) -> list[str]:
@@ -84,21 +89,29 @@ def prune(path: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
     The rest is kept verbatim, in Spark's own layout (the version line, then ``\n`` and an entry per line). The
     new file is written beside it under a hidden name (which Spark's log ignores), synced, and renamed over it;
     Hadoop's checksum file of the old one (``.<name>.crc``) is removed first, as a file without one is read
-    unchecked while a stale one would fail the read. Nothing is rewritten when nothing is dropped."""
-    temp = path.with_name(f".{path.name}.laketide-prune")
+    unchecked while a stale one would fail the read. Nothing is rewritten when nothing is dropped. Two processes
+    pruning the same file at once (a frozen writer and the one that overtook it) each write a temporary file of
+    their own: the last rename wins, a complete file either way."""
+    for stale in path.parent.glob(f".*{PRUNE_SUFFIX}"):  # left by a process killed while pruning
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > 3600:
+                stale.unlink()
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}{PRUNE_SUFFIX}")  # one per process
     dropped = 0
-    with temp.open("w", encoding="utf-8") as out:
-        out.write(VERSION)
-        for line in log_lines(path):
-            if line.strip() and not keep(json.loads(line)):
-                dropped += 1
-                continue
-            out.write("\n" + line)
-        out.flush()
-        os.fsync(out.fileno())
-    if not dropped or not path.exists():  # nothing to drop, or Spark deleted the file meanwhile (compacted away)
-        temp.unlink()
-        return 0
-    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
-    os.replace(temp, path)
-    return dropped
+    try:
+        with temp.open("w", encoding="utf-8") as out:
+            out.write(VERSION)
+            for line in log_lines(path):
+                if line.strip() and not keep(json.loads(line)):
+                    dropped += 1
+                    continue
+                out.write("\n" + line)
+            out.flush()
+            os.fsync(out.fileno())
+        if not dropped or not path.exists():  # nothing to drop, or Spark deleted the file meanwhile (compacted away)
+            return 0
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+        os.replace(temp, path)
+        return dropped
+    finally:
+        temp.unlink(missing_ok=True)
