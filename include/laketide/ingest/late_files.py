@@ -212,11 +212,16 @@ def _read_looked(path: Path) -> int:
 
 
 def _write_looked(path: Path, looked_ms: int) -> None:
-    if not path.parent.is_dir():
-        return  # no checkpoint yet (nothing taken)
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(json.dumps({"looked_until_ms": looked_ms}))
-    os.replace(temp, path)
+    """Keep the time of this look (a temporary file per process, renamed over the last one: two writers of the
+    stream at once each leave a whole file). Not kept (logged): the next writer looks at every old file again."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_text(json.dumps({"looked_until_ms": looked_ms}))
+        os.replace(temp, path)
+    except OSError as exc:
+        log.warning("the time of the late-file look was not kept in %s (%s): a restarted writer looks at every "
+                    "file again", path, exc)
+        temp.unlink(missing_ok=True)
 
 
 def _iso(ms: int) -> str:
