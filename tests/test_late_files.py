@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from laketide.errors import ConfigError
+from laketide.ingest import late_files
 from laketide.ingest.landing import data_dir
-from laketide.ingest.late_files import SLACK_MS, LateFiles, file_source_options
+from laketide.ingest.late_files import LateFiles, file_source_options
 from laketide.lake.checkpoint_log import PRUNE_SUFFIX
 from tests.helpers import load, write_config
 
@@ -120,12 +121,13 @@ def finished_batch(checkpoint: Path, batch: int, log_offset: int) -> None:
 
 
 def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Spark's file-source log keeps a line per file ever read; the writer rewrites the newest compacted log file
     without the entries older than ``source_log_retention`` behind the newest, except those of a batch the query
     has not finished. A file landing older than the retention is then ambiguous (new, or a copy of one read before):
     it is named and left, never touched. The time of the last look is kept in the checkpoint, so a restarted
     writer does not name the files it has read before."""
+    monkeypatch.setattr(late_files, "SLACK_MS", 200)  # the file system keeps nanoseconds: a shorter wait will do
     stream = load(write_config(tmp_path, max_file_age="7d", source_log_retention="20d")).stream("clicks")
     checkpoint = stream.checkpoint_path
     folder = data_dir(stream.landing_path)
@@ -146,7 +148,7 @@ def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
     (logs / ".9.compact.crc").write_bytes(b"crc\x00stale")
     finished_batch(checkpoint, 41, 8)
     new_12d = landed(folder, name(5), now - 12 * DAY_MS)  # new, beyond max_file_age, within the retention
-    time.sleep(SLACK_MS / 1000 + 0.2)  # what landed so far landed before the first look
+    time.sleep(late_files.SLACK_MS / 1000 + 0.1)  # what landed so far landed before the first look
 
     with caplog.at_level("INFO", logger="laketide.ingest.late_files"):
         assert LateFiles(stream).rescue() == [new_12d.name]  # checked against the whole log, then the log pruned
@@ -157,7 +159,7 @@ def test_the_log_keeps_the_entries_of_its_retention_and_older_files_are_named(
 
         # the file read 30 days ago is copied back with its time (cp -p); the writer restarts twice
         os.utime(read_30d, ns=(now * 1_000_000, (now - 30 * DAY_MS) * 1_000_000))
-        time.sleep(SLACK_MS / 1000 + 0.2)
+        time.sleep(late_files.SLACK_MS / 1000 + 0.1)
         assert LateFiles(stream).rescue() == []
         assert LateFiles(stream).rescue() == []  # looked at already: not named again
     assert read_30d.stat().st_mtime_ns // 1_000_000 == now - 30 * DAY_MS  # left as it is
