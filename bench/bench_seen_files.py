@@ -50,6 +50,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--settings", default="writer,spark",
                         help="the session's settings, comma-separated: writer (laketide's writer application, "
                              "laketide.ingest.group.WRITER_SETTINGS) and/or spark (Spark's defaults)")
+    parser.add_argument("--retentions", default="60d",
+                        help="source_log_retention values, comma-separated (in days; never below max_file_age)")
     parser.add_argument("--files-per-trigger", type=int, default=5000)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one writer, print JSON
@@ -78,6 +80,13 @@ def land(landing: Path, files: int, days: int) -> None:
         path.write_text(json.dumps({"event_id": f"e{i}", "event_time": at.isoformat(), "user_id": i,
                                     "page": "/p"}) + "\n")
         os.utime(path, (at.timestamp(), at.timestamp()))
+
+
+def days(value: str) -> int:
+    """``"7d"`` -> 7 (the durations this benchmark takes are whole days)."""
+    if not value.endswith("d") or not value[:-1].isdigit():
+        raise SystemExit(f"{value!r}: give a whole number of days, e.g. '7d'")
+    return int(value[:-1])
 
 
 def jvm_of(pid: int) -> int | None:
@@ -140,6 +149,7 @@ def run_one(spec: str) -> None:
     ensure_tables(spark, config, stream)
     started = time.perf_counter()
     query = runner.start(spark, config, stream, "continuous")
+    late = LateFiles(stream)  # as the writer application does: a look (and the log's pruning) every poll
     total = options["files"]
 
     def committed() -> int:
@@ -164,7 +174,7 @@ def run_one(spec: str) -> None:
         spark._jvm.java.lang.System.gc()  # type: ignore[union-attr]
         time.sleep(2)
         heap, classes = live_heap(os.getpid())
-        return {"files": files, "seen": seen, "heap": heap, "classes": classes,
+        return {"files": files, "seen": seen, "heap": heap, "classes": classes, **source_log(stream.checkpoint_path),
                 "jvm_rss": jvm_rss(os.getpid()), "driver_rss": psutil.Process().memory_info().rss}
 
     # the same figures every tenth of the input: what grows with the files read shows as a slope
@@ -174,6 +184,7 @@ def run_one(spec: str) -> None:
             while marks and done >= marks[0]:
                 marks.pop(0)
             series.append(figures(done))
+        late.rescue()
         time.sleep(2)
     ingest_s = time.perf_counter() - started
     last = figures(total)
@@ -181,7 +192,13 @@ def run_one(spec: str) -> None:
     seen, heap = int(last["seen"]), int(last["heap"])  # type: ignore[call-overload]
     # the late file: 30 days old, landed after everything else was read
     late = LateFiles(stream)
-    late.rescue()  # the first look reads the whole log (as after a restart)
+    late.rescue()  # a restarted writer's first look
+    import logging
+
+    named: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: named.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("laketide.ingest.late_files").addHandler(handler)
     from laketide.ingest.landing import publish
 
     at = datetime.now(UTC) - timedelta(days=30)
@@ -192,21 +209,39 @@ def run_one(spec: str) -> None:
     look = time.perf_counter()
     rescued = late.rescue()
     look_s = time.perf_counter() - look
-    deadline = time.monotonic() + 300
+    beyond = stream.source_log_retention < timedelta(days=30)
+    deadline = time.monotonic() + (30 if beyond else 300)
     while committed() < total + 1 and time.monotonic() < deadline:
         time.sleep(2)
     query.stop()
     stop.set()
-    log = sum(p.stat().st_size for p in (stream.checkpoint_path / "sources" / "0").iterdir())
-    print(json.dumps({"seen": seen, "heap": heap, "peak_rss": peak[0], "ingest_s": ingest_s, "log_bytes": log,
-                      "rescued": rescued == [path.name], "late_ingested": committed() == total + 1,
+    print(json.dumps({"seen": seen, "heap": heap, "peak_rss": peak[0], "ingest_s": ingest_s,
+                      **source_log(stream.checkpoint_path), "rescued": rescued == [path.name],
+                      "late_ingested": committed() == total + 1, "beyond_retention": beyond,
+                      "named": any(path.name in m and "source_log_retention" in m for m in named),
                       "look_s": look_s, "series": series}))
     spark.stop()
 
 
+def source_log(checkpoint: Path) -> dict[str, int]:
+    """The file source's log on disk: its bytes (every file Spark keeps) and the entries a restart reads (the
+    newest compacted file and the batches after it)."""
+    files = [p for p in (checkpoint / "sources" / "0").iterdir() if not p.name.startswith(".")]
+    compacts = [p for p in files if p.name.endswith(".compact")]
+    base = max((int(p.name.split(".")[0]) for p in compacts), default=-1)
+    read = [p for p in files if int(p.name.split(".")[0]) >= base]
+    entries = sum(max(len(p.read_bytes().splitlines()) - 1, 0) for p in read)
+    return {"log_bytes": sum(p.stat().st_size for p in files), "log_entries": entries}
+
+
 def late_outcome(result: dict[str, object]) -> str:
     """What became of the 30-day-old file: within ``max_file_age`` Spark reads it itself, beyond it the writer's
-    rescue must touch it; not in the table after 5 minutes: lost."""
+    rescue must touch it, and beyond ``source_log_retention`` the writer must name it and leave it; not in the
+    table after 5 minutes otherwise: lost."""
+    if result["beyond_retention"]:
+        if result["late_ingested"]:
+            return "INGESTED, though beyond the retention"
+        return "named and left (beyond source_log_retention)" if result["named"] else "NOT NAMED"
     if not result["late_ingested"]:
         return "LOST"
     return "rescued and ingested" if result["rescued"] else "ingested (within max_file_age: Spark read it)"
@@ -227,13 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             land(landing, args.files, args.days)
             print(f"landed {args.files:,} files over {args.days} days in {time.perf_counter() - t0:.0f}s", flush=True)
         results = {}
-        for age, settings in [(a, s) for a in args.ages.split(",") for s in args.settings.split(",")]:
-            run = f"{age} {settings}"
-            home = workdir / f"run-{age}-{settings}"
+        for age, settings, kept in [(a, s, k) for a in args.ages.split(",") for s in args.settings.split(",")
+                                    for k in args.retentions.split(",")]:
+            retention = f"{max(days(age), days(kept))}d"
+            run = f"{age} {settings} {retention}"
+            home = workdir / f"run-{age}-{settings}-{retention}"
             shutil.rmtree(home, ignore_errors=True)
             copy = home / "landing"
             shutil.copytree(landing, copy, copy_function=shutil.copy2)  # keeps the modification times
-            config = write_config(home, landing_path=str(copy), max_file_age=age, trigger_interval="5s",
+            config = write_config(home, landing_path=str(copy), max_file_age=age, source_log_retention=retention,
+                                  trigger_interval="5s",
                                   max_files_per_trigger=args.files_per_trigger,
                                   idle_window="60s")
             spec = json.dumps({"config": str(config), "files": args.files, "settings": settings})
@@ -245,22 +283,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             results[run] = json.loads(lines[-1])
             shutil.rmtree(copy / "data", ignore_errors=True)
-            print(f"max_file_age {age}, {settings} settings: {results[run]}", flush=True)
+            print(f"max_file_age {age}, {settings} settings, retention {retention}: {results[run]}", flush=True)
         mib = 1024 * 1024
         print(f"\n{args.files:,} files over {args.days} days, {args.files_per_trigger} files per trigger")
-        print(f"{'max_file_age settings':>22} {'seen map':>10} {'heap MiB':>9} {'peak RSS MiB':>13} {'log MiB':>8} "
-              f"{'ingest s':>9} {'one look s':>11}  late file")
+        print(f"{'max_file_age settings retention':>32} {'seen map':>10} {'heap MiB':>9} {'peak RSS MiB':>13} "
+              f"{'log MiB':>8} {'log entries':>12} {'ingest s':>9} {'one look s':>11}  late file")
         for run, r in results.items():
-            print(f"{run:>22} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
-                  f"{r['log_bytes'] / mib:>8.1f} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
+            print(f"{run:>32} {r['seen']:>10,} {r['heap'] / mib:>9.0f} {r['peak_rss'] / mib:>13.0f} "
+                  f"{r['log_bytes'] / mib:>8.1f} {r['log_entries']:>12,} {r['ingest_s']:>9.0f} {r['look_s']:>11.2f}  "
                   f"{late_outcome(r)}")
         print("\nas the files are read (live heap: after a full GC; MiB):")
-        print(f"{'max_file_age settings':>22} {'files read':>11} {'seen map':>9} {'heap':>6} {'JVM RSS':>8} "
-              f"{'driver RSS':>11}")
+        print(f"{'max_file_age settings retention':>32} {'files read':>11} {'seen map':>9} {'heap':>6} {'JVM RSS':>8} "
+              f"{'driver RSS':>11} {'log MiB':>8} {'log entries':>12}")
         for run, r in results.items():
             for point in r["series"]:
-                print(f"{run:>22} {point['files']:>11,} {point['seen']:>9,} {point['heap'] / mib:>6.0f} "
-                      f"{point['jvm_rss'] / mib:>8.0f} {point['driver_rss'] / mib:>11.0f}")
+                print(f"{run:>32} {point['files']:>11,} {point['seen']:>9,} {point['heap'] / mib:>6.0f} "
+                      f"{point['jvm_rss'] / mib:>8.0f} {point['driver_rss'] / mib:>11.0f} "
+                      f"{point['log_bytes'] / mib:>8.1f} {point['log_entries']:>12,}")
         for run, r in results.items():  # what the live heap holds, first and last look
             for point in (r["series"][0], r["series"][-1]):
                 top = ", ".join(f"{name} {size / mib:.0f}" for name, size in point["classes"][:6])
@@ -269,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for a, b in itertools.pairwise(runs):
             print(f"{a} / {b}: seen map {results[a]['seen'] / max(results[b]['seen'], 1):.2f}x, "
                   f"heap {results[a]['heap'] / max(results[b]['heap'], 1):.2f}x")
-        return 0 if all(r["late_ingested"] for r in results.values()) else 1
+        return 0 if all(late_outcome(r)[0].islower() for r in results.values()) else 1  # failures in capitals
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
