@@ -93,8 +93,10 @@ class SourceHorizon:
         """Rewrite the newest compacted log file, once, without the entries older than the retention behind the
         newest time, except those of log batches the query has not finished; return how many were dropped."""
         compacted = [p for p in log_files(source_log(self.checkpoint)) if p.name.endswith(".compact")]
+        if not compacted or compacted[-1].name == self._pruned or self.newest_ms is None:
+            return 0
         finished = committed_source_batch(self.checkpoint)
-        if not compacted or compacted[-1].name == self._pruned or finished is None or self.newest_ms is None:
+        if finished is None:
             return 0
         forget_before_ms = self.newest_ms - self.retention_ms
 
