@@ -1,4 +1,5 @@
-"""Spark's Structured Streaming checkpoint logs as files: the one place that reads their format.
+"""Spark's Structured Streaming checkpoint logs as files: the one place that reads their format (and prunes the
+file source's log, :func:`prune`).
 
 Each log (``offsets/``, ``commits/``, the file source's ``sources/0/``) is a folder of files named by batch id
 (``N``, and for the file source ``N.compact`` every ten batches); each file is a version line, ``v1`` in Spark
