@@ -55,6 +55,11 @@ def non_negative_duration(value: Any) -> timedelta:
     return duration
 
 
+def millis(value: timedelta) -> int:
+    """A duration in whole milliseconds (file and commit times are kept in milliseconds since the epoch)."""
+    return int(value.total_seconds() * 1000)
+
+
 def _secs(value: timedelta) -> str:
     return f"{value.total_seconds():g}s"
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from laketide.config import StreamConfig
+from laketide.config.values import millis
 from laketide.errors import TableNotFoundError
 from laketide.ingest.inspection import Landed, landed_files
 from laketide.lake.commits import WATERMARK, WRITER_ID, source_position
@@ -24,10 +25,6 @@ from laketide.lake.snapshots import Snap, lineage
 
 #: how far the landing zone's clock (file times) and the writer's (commit times) may disagree
 CLOCK_SKEW = timedelta(minutes=1)
-
-
-def _ms_delta(delta: timedelta) -> int:
-    return int(delta.total_seconds() * 1000)
 
 
 def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> list[Landed]:
@@ -49,7 +46,7 @@ def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> 
     oldest_taken: int | None = None
     newest_commit: int | None = None
     left: list[Landed] = list(files)
-    skew = _ms_delta(CLOCK_SKEW)
+    skew = millis(CLOCK_SKEW)
 
     def stop(snap: Snap) -> bool:
         nonlocal oldest_taken, newest_commit, left
@@ -133,7 +130,7 @@ def freshness(catalog: Any, stream: StreamConfig, now: datetime | None = None,
     """Landed -> committed latency of the files the writer committed in the last ``window`` (:func:`latency`), the
     lag (now - watermark) and the backlog."""
     now = now or datetime.now(UTC)
-    since = _ms_delta(now - window - datetime(1970, 1, 1, tzinfo=UTC))
+    since = millis(now - window - datetime(1970, 1, 1, tzinfo=UTC))
     commits: list[Snap] = []
 
     def stop(snap: Snap) -> bool:

@@ -41,11 +41,11 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from laketide.config import StreamConfig
+from laketide.config.values import millis
 from laketide.errors import CheckpointFormatError
 from laketide.ingest.columns import human
 from laketide.ingest.inspection import Landed, landed_files
@@ -59,10 +59,6 @@ log = logging.getLogger("laketide.ingest.late_files")
 SLACK_MS = 2_000
 #: the file in the checkpoint folder (beside Spark's own) that keeps the time of the writer's last look
 LOOKED_FILE = "laketide-late-files.json"
-
-
-def _ms(delta: timedelta) -> int:
-    return int(delta.total_seconds() * 1000)
 
 
 @dataclass
@@ -124,15 +120,19 @@ class LateFiles:
     _named: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.horizon = SourceHorizon(self.stream.checkpoint_path, _ms(self.stream.source_log_retention))
+        self.horizon = SourceHorizon(self.stream.checkpoint_path, millis(self.stream.source_log_retention))
 
     @property
     def looked_file(self) -> Path:
         return self.stream.checkpoint_path / LOOKED_FILE
 
+    def since_ms(self) -> int:
+        """Files that landed (status-change time) from this on have not been looked at yet."""
+        return (self.looked_until_ms or 0) - SLACK_MS
+
     def candidates(self, files: list[Landed], horizon_ms: int) -> list[Landed]:
         """Files Spark's source will skip if it never took them: older than the horizon, landed since the last look."""
-        since = (self.looked_until_ms or 0) - SLACK_MS
+        since = self.since_ms()
         return [f for f in files if f.mtime_ms < horizon_ms and f.landed_ms >= since]
 
     def rescue(self) -> list[str]:
@@ -162,11 +162,10 @@ class LateFiles:
         return rescued
 
     def _look(self, newest: int) -> list[str]:
-        horizon_ms = newest - _ms(self.stream.max_file_age)
-        forgotten_ms = newest - _ms(self.stream.source_log_retention)
+        horizon_ms = newest - millis(self.stream.max_file_age)
+        forgotten_ms = newest - millis(self.stream.source_log_retention)
         candidates = self.candidates(landed_files(self.stream.landing_path), horizon_ms)
-        since = (self.looked_until_ms or 0) - SLACK_MS
-        self._named = {name: landed for name, landed in self._named.items() if landed >= since}
+        self._named = {name: landed for name, landed in self._named.items() if landed >= self.since_ms()}
         if not candidates:
             return []
         rescued: list[str] = []
@@ -234,5 +233,5 @@ def _iso(ms: int) -> str:
 
 def file_source_options(stream: StreamConfig) -> dict[str, str]:
     """The options of the writer's file source that this module's reasoning depends on."""
-    return {"maxFileAge": f"{int(stream.max_file_age.total_seconds() * 1000)}ms", "latestFirst": "false"}
+    return {"maxFileAge": f"{millis(stream.max_file_age)}ms", "latestFirst": "false"}
 
