@@ -58,7 +58,7 @@ def test_sqlite_jdbc_uri_has_wal_and_busy_timeout(tmp_path: Path) -> None:
         ({"trigger_interval": -5}, "streams[clicks].trigger_interval: must be a positive duration, not -5"),
         ({"trigger_interval": 0}, "streams[clicks].trigger_interval: must be a positive duration"),
         ({"trigger_interval": "0s"}, "streams[clicks].trigger_interval: must be a positive duration"),
-        ({"trigger_interval": "-5s"}, "streams[clicks].trigger_interval: not a duration"),
+        ({"trigger_interval": "-5s"}, "streams[clicks].trigger_interval: must be a positive duration, not '-5s'"),
         ({"idle_window": -60.0}, "streams[clicks].idle_window: must be a positive duration"),
         ({"max_future": 0}, "streams[clicks].max_future: must be a positive duration"),
         ({"allowed_lateness": -1}, "streams[clicks].allowed_lateness: must not be negative"),
@@ -68,7 +68,7 @@ def test_sqlite_jdbc_uri_has_wal_and_busy_timeout(tmp_path: Path) -> None:
         ({"trigger_interval": True}, "streams[clicks].trigger_interval: not a duration"),
         # timing that cannot work, paths that cannot be shared
         ({"trigger_interval": "1m", "idle_window": "30s"},
-         "streams[clicks].idle_window: 30s is not longer than trigger_interval (60s)"),
+         "streams[clicks].idle_window: 30s is not longer than trigger_interval (1m)"),
         ({"checkpoint_path": "{home}/landing/clicks/_checkpoint"},
          "streams[clicks].checkpoint_path: '{home}/landing/clicks/_checkpoint' overlaps landing_path"),
         ({"checkpoint_path": "{home}/landing/clicks"}, "streams[clicks].checkpoint_path:"),
@@ -84,9 +84,9 @@ def test_sqlite_jdbc_uri_has_wal_and_busy_timeout(tmp_path: Path) -> None:
         # a lease the writer's loop (about once a second) cannot keep; clock skew and file age
         ({"writer_lease": "1s"}, "streams[clicks].writer_lease: 1s is too short"),
         ({"writer_lease": "4s"}, "use at least 5s"),
-        ({"max_clock_skew": "2d"}, "streams[clicks].max_clock_skew: 172800s is longer than max_future (86400s)"),
+        ({"max_clock_skew": "2d"}, "streams[clicks].max_clock_skew: 2d is longer than max_future (1d)"),
         ({"max_clock_skew": 0}, "streams[clicks].max_clock_skew: must be a positive duration"),
-        ({"max_file_age": "10m"}, "streams[clicks].max_file_age: 600s is shorter than an hour"),
+        ({"max_file_age": "10m"}, "streams[clicks].max_file_age: 10m is shorter than an hour"),
     ],
 )
 def test_bad_setting_names_the_key(tmp_path: Path, overrides: dict[str, object], named: str) -> None:
@@ -104,9 +104,10 @@ def test_negative_override_from_the_environment_names_the_key(tmp_path: Path) ->
     ("close", "named"),
     [
         ({"poke_interval": 0}, "close.poke_interval: must be a positive duration"),
-        ({"sensor_timeout": "-1h"}, "close.sensor_timeout: not a duration"),
+        ({"sensor_timeout": "-1h"}, "close.sensor_timeout: must be a positive duration, not '-1h'"),
         ({"sensor_timeout": -3600}, "close.sensor_timeout: must be a positive duration"),
-        ({"poke_interval": "5m", "sensor_timeout": "1m"}, "close.sensor_timeout: 60s is not longer than poke_interval"),
+        ({"poke_interval": "5m", "sensor_timeout": "1m"},
+         "close.sensor_timeout: 1m is not longer than poke_interval (5m)"),
         ({"status_table": "lake.clicks"}, "close.status_table: 'lake.clicks' is the table of stream 'clicks'"),
         ({"results_dir": "{home}/landing/clicks/gx"}, "close.results_dir: '{home}/landing/clicks/gx' is inside"),
         ({"results_dir": "{home}/warehouse/gx"}, "close.results_dir: '{home}/warehouse/gx' is inside the warehouse"),
@@ -210,3 +211,38 @@ def test_parse_duration() -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("ten")
     assert parse_duration(-5) == timedelta(seconds=-5)  # the sign is checked by the keys that need one
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        # as written, however the unit was spelt, not converted to seconds
+        ({"max_file_age": "7d", "source_log_retention": "72 hours"},
+         "streams[clicks].source_log_retention: 72 hours is shorter than max_file_age (7d)"),
+        ({"max_file_age": "45m"}, "streams[clicks].max_file_age: 45m is shorter than an hour"),
+        ({"trigger_interval": 90, "idle_window": 60}, "streams[clicks].idle_window: 60s is not longer than "
+                                                       "trigger_interval (90s)"),
+        # a built-in default as its largest whole unit
+        ({"max_clock_skew": "36h"}, "streams[clicks].max_clock_skew: 36h is longer than max_future (1d)"),
+        # a negative duration is a duration, and said to be the wrong sign
+        ({"allowed_lateness": "-5m"}, "streams[clicks].allowed_lateness: must not be negative: '-5m'"),
+        ({"idle_window": "-5m"}, "streams[clicks].idle_window: must be a positive duration, not '-5m'"),
+        ({"idle_window": "- 2 hours"}, "streams[clicks].idle_window: must be a positive duration, not '- 2 hours'"),
+    ],
+)
+def test_duration_errors_quote_the_value_as_written(tmp_path: Path, overrides: dict[str, object],
+                                                    named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write_config(tmp_path, **overrides), environ={})
+    assert named in str(err.value)
+    assert "not a duration" not in str(err.value)
+
+
+def test_as_written() -> None:
+    from laketide.config.values import as_written
+
+    assert [as_written(parse_duration(v)) for v in ("7d", "60d", "10m", " 10 minutes ", 90, 1.5)] == [
+        "7d", "60d", "10m", "10 minutes", "90s", "1.5s"]
+    assert [as_written(timedelta(seconds=s)) for s in (86400, 5400, 600, 90, 0.25, -300)] == [
+        "1d", "90m", "10m", "90s", "0.25s", "-5m"]
+    assert parse_duration("-5m") == timedelta(minutes=-5) and parse_duration("+1h") == timedelta(hours=1)

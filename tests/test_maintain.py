@@ -178,7 +178,7 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     # orphans: an unsafe age is refused; a dry run finds the killed attempt's files and deletes nothing
     unsafe = tmp_path / "unsafe.yaml"
     unsafe.write_text(config_path.read_text())
-    with pytest.raises(ConfigError, match=r"orphan_age: 3600s is below the safe floor of 1 day"):
+    with pytest.raises(ConfigError, match=r"orphan_age: 1h is below the safe floor of 1 day"):
         load(with_catalog(unsafe, defaults={"orphan_age": "1h"}))
     live = referenced(config, EVENTS)
     assert not killed & live
@@ -300,7 +300,7 @@ def test_retention_shorter_than_a_close_is_refused(tmp_path: Path) -> None:
     from tests.helpers import write_config
 
     path = with_catalog(write_config(tmp_path), tables={EVENTS: {"snapshot_retention": "2h"}})
-    with pytest.raises(ConfigError, match=r"tables\.snapshot_retention: 7200s for lake\.clicks is shorter"):
+    with pytest.raises(ConfigError, match=r"tables\.snapshot_retention: 2h for lake\.clicks is shorter"):
         load(path)
 
 

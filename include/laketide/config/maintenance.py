@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from laketide.config.values import _secs, _Strict, check_table_name, parse_size, positive_duration
+from laketide.config.values import _Strict, as_written, check_table_name, parse_size, positive_duration
 
 #: remove_orphan_files refuses an age below this (Iceberg #4194: a short age deleted files of commits in flight;
 #: Iceberg's Spark procedure refuses less than 24 hours too). There is no override: a test ages its files instead.
@@ -63,7 +63,7 @@ class TablePolicy(_Strict):
     def _orphan_floor(self) -> TablePolicy:
         if self.orphan_age < ORPHAN_AGE_FLOOR:
             raise ValueError(
-                f"orphan_age: {_secs(self.orphan_age)} is below the safe floor of 1 day: files of a batch or "
+                f"orphan_age: {as_written(self.orphan_age)} is below the safe floor of 1 day: files of a batch or "
                 "compaction still in flight would be deleted (Iceberg #4194); use 3d (the default) or more")
         return self
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from laketide.config.values import _secs, _Strict, positive_duration
+from laketide.config.values import _Strict, as_written, positive_duration
 
 #: the placeholders of a marker file's path template
 MARKER_PLACEHOLDERS = ("warehouse", "stream", "namespace", "table", "date", "hour", "year", "month", "day")
@@ -68,10 +68,10 @@ class HttpMarker(_Strict):
     @model_validator(mode="after")
     def _bounded(self) -> HttpMarker:
         if self.timeout > timedelta(minutes=5):
-            raise ValueError(f"timeout: {_secs(self.timeout)} is longer than 5 minutes: the task would hang on a "
+            raise ValueError(f"timeout: {as_written(self.timeout)} is longer than 5 minutes: the task would hang on a "
                              "silent endpoint; use e.g. '10s'")
         if self.backoff > timedelta(minutes=10):
-            raise ValueError(f"backoff: {_secs(self.backoff)} is longer than 10 minutes; the task's own retries "
+            raise ValueError(f"backoff: {as_written(self.backoff)} is longer than 10 minutes; the task's own retries "
                              "(done_markers.retries, retry_delay) are there for longer outages")
         return self
 

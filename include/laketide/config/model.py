@@ -17,7 +17,7 @@ from laketide.config.sections import (
     WriterGroupConfig,
 )
 from laketide.config.streams import StreamConfig
-from laketide.config.values import _inside, _local_path, _secs, _Strict
+from laketide.config.values import _inside, _local_path, _Strict, as_written
 from laketide.errors import ConfigError
 
 
@@ -96,8 +96,8 @@ def _maintained(config: LaketideConfig) -> list[str]:
         if retention < need:
             key = "tables" if stream.table in config.maintenance.tables else "defaults"
             problems.append(
-                f"maintenance.{key}.snapshot_retention: {_secs(retention)} for {stream.table} is shorter than an hour "
-                f"of stream {stream.name!r} may wait to close ({_secs(need)}: 1 hour + allowed_lateness + "
+                f"maintenance.{key}.snapshot_retention: {as_written(retention)} for {stream.table} is shorter than "
+                f"an hour of stream {stream.name!r} may wait to close ({as_written(need)}: 1 hour + allowed_lateness + "
                 "close.sensor_timeout); the partition check reads the rows of an hour from the writer's snapshots, "
                 "which expiry would remove first. Keep 1d (the default) or more")
     return problems

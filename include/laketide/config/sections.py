@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from laketide.config.values import _IDENT, _secs, _Strict, check_table_name, parse_size, positive_duration
+from laketide.config.values import _IDENT, _Strict, as_written, check_table_name, parse_size, positive_duration
 
 
 class CatalogConfig(_Strict):
@@ -189,8 +189,8 @@ class CloseConfig(_Strict):
     @model_validator(mode="after")
     def _timing(self) -> CloseConfig:
         if self.sensor_timeout <= self.poke_interval:
-            raise ValueError(f"sensor_timeout: {_secs(self.sensor_timeout)} is not longer than poke_interval "
-                             f"({_secs(self.poke_interval)}); the sensor would give up before its second check")
+            raise ValueError(f"sensor_timeout: {as_written(self.sensor_timeout)} is not longer than poke_interval "
+                             f"({as_written(self.poke_interval)}); the sensor would give up before its second check")
         return self
 
     @field_validator("status_table", "action_table")

@@ -14,8 +14,8 @@ from laketide.config.values import (
     _IDENT,
     _absolute,
     _inside,
-    _secs,
     _Strict,
+    as_written,
     check_table_name,
     non_negative_duration,
     positive_duration,
@@ -124,9 +124,9 @@ class StreamConfig(_Strict):
         lease = positive_duration(value)
         if lease < MIN_WRITER_LEASE:
             raise ValueError(
-                f"{_secs(lease)} is too short: the writer renews its lease about once a second and a batch commit, "
-                f"a GC pause or a busy catalog easily takes longer; use at least {_secs(MIN_WRITER_LEASE)} (the "
-                "default, 60s, suits most streams)")
+                f"{as_written(lease)} is too short: the writer renews its lease about once a second and a batch "
+                f"commit, a GC pause or a busy catalog easily takes longer; use at least "
+                f"{as_written(MIN_WRITER_LEASE)} (the default, 60s, suits most streams)")
         return lease
 
     @field_validator("allowed_lateness", mode="before")
@@ -187,21 +187,23 @@ class StreamConfig(_Strict):
             raise ValueError("event_id_field: must be another field than event_time_field")
         if self.max_clock_skew > self.max_future:
             raise ValueError(
-                f"max_clock_skew: {_secs(self.max_clock_skew)} is longer than max_future ({_secs(self.max_future)}): "
+                f"max_clock_skew: {as_written(self.max_clock_skew)} is longer than max_future "
+                f"({as_written(self.max_future)}): "
                 "events beyond max_future are rejected anyway; keep max_clock_skew to a few minutes")
         if self.max_file_age < timedelta(hours=1):
-            raise ValueError(f"max_file_age: {_secs(self.max_file_age)} is shorter than an hour: use e.g. '7d'")
+            raise ValueError(f"max_file_age: {as_written(self.max_file_age)} is shorter than an hour: use e.g. '7d'")
         if self.source_log_retention < self.max_file_age:
             raise ValueError(
-                f"source_log_retention: {_secs(self.source_log_retention)} is shorter than max_file_age "
-                f"({_secs(self.max_file_age)}): the file source must find in its log every file it still remembers; "
+                f"source_log_retention: {as_written(self.source_log_retention)} is shorter than max_file_age "
+                f"({as_written(self.max_file_age)}): the file source must find in its log every file it still "
+                "remembers; "
                 "use e.g. '60d'")
         if self.table == self.rejects_table:
             raise ValueError(f"rejects_table: {self.table!r} is also the events table; name another table")
         if self.idle_window <= self.trigger_interval:
             raise ValueError(
-                f"idle_window: {_secs(self.idle_window)} is not longer than trigger_interval "
-                f"({_secs(self.trigger_interval)}); "
+                f"idle_window: {as_written(self.idle_window)} is not longer than trigger_interval "
+                f"({as_written(self.trigger_interval)}); "
                 "the writer commits at most once per trigger, so every hour would look stalled (a gap): "
                 "use several trigger intervals")
         if _inside(self.checkpoint_path, self.landing_path) or _inside(self.landing_path, self.checkpoint_path):

@@ -12,38 +12,69 @@ from urllib.parse import unquote, urlparse
 from pydantic import BaseModel, ConfigDict
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+_DURATION = re.compile(r"^\s*([-+]?)\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 _UNITS = {
     "": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
     "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
     "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
 }
+_EXAMPLES = "use e.g. '30s', '10 minutes', '1h'"
+
+
+class Duration(timedelta):
+    """A duration read from the configuration, which remembers how it was written (``7d``, ``10m``, ``90``): error
+    messages quote it so. Arithmetic gives plain timedeltas; :func:`as_written` tells either kind."""
+
+    text: str
+
+
+def as_written(value: timedelta) -> str:
+    """A duration as the configuration gave it (``7d``, ``60d``, ``10m``), or, for one computed or built in, in the
+    largest unit that writes it whole (``86400 s`` -> ``1d``, ``90 s`` -> ``90s``)."""
+    text = getattr(value, "text", None)
+    if isinstance(text, str):
+        return text
+    micros = value // timedelta(microseconds=1)
+    sign, micros = ("-", -micros) if micros < 0 else ("", micros)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if micros and micros % (size * 1_000_000) == 0:
+            return f"{sign}{micros // (size * 1_000_000)}{unit}"
+    return f"{sign}{micros / 1_000_000:g}s"
+
+
+def _shown(value: Any) -> str:
+    """A configured value in a message: as written (a duration built in, as :func:`as_written` writes it)."""
+    return repr(as_written(value) if isinstance(value, timedelta) else value)
 
 
 def parse_duration(value: Any) -> timedelta:
-    """Parse ``30s``, ``10 minutes``, ``1h``, ``2d`` or a number of seconds into a timedelta."""
+    """Parse ``30s``, ``10 minutes``, ``1h``, ``2d``, ``-5m`` or a number of seconds into a timedelta (a
+    :class:`Duration` that remembers the text, for messages)."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        seconds, text = float(value), f"{value:g}s"
     else:
-        match = _DURATION.match(str(value).lower())
-        if not match or match.group(2) not in _UNITS:
-            raise ValueError(f"not a duration: {value!r} (use e.g. '30s', '10 minutes', '1h')")
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        match = _DURATION.match(str(value).lower()) if isinstance(value, str) else None
+        if not match or match.group(3) not in _UNITS:
+            raise ValueError(f"not a duration: {value!r} ({_EXAMPLES})")
+        seconds = float(match.group(2)) * _UNITS[match.group(3)] * (-1 if match.group(1) == "-" else 1)
+        text = value.strip()
     if not math.isfinite(seconds):
-        raise ValueError(f"not a duration: {value!r} (use e.g. '30s', '10 minutes', '1h')")
+        raise ValueError(f"not a duration: {value!r} ({_EXAMPLES})")
     try:
-        return timedelta(seconds=seconds)
+        duration = Duration(seconds=seconds)
     except OverflowError:
         raise ValueError(f"duration {value!r} is out of range (at most {timedelta.max.days} days)") from None
+    duration.text = text
+    return duration
 
 
 def positive_duration(value: Any) -> timedelta:
     """A duration above zero (a negative or zero interval, window or timeout is refused)."""
     duration = parse_duration(value)
     if duration <= timedelta(0):
-        raise ValueError(f"must be a positive duration, not {value!r} (use e.g. '30s', '10 minutes', '1h')")
+        raise ValueError(f"must be a positive duration, not {_shown(value)} ({_EXAMPLES})")
     return duration
 
 
@@ -51,17 +82,13 @@ def non_negative_duration(value: Any) -> timedelta:
     """A duration of zero or more."""
     duration = parse_duration(value)
     if duration < timedelta(0):
-        raise ValueError(f"must not be negative: {value!r} (use 0 for none, or e.g. '10m')")
+        raise ValueError(f"must not be negative: {_shown(value)} (use 0 for none, or e.g. '10m')")
     return duration
 
 
 def millis(value: timedelta) -> int:
     """A duration in whole milliseconds (file and commit times are kept in milliseconds since the epoch)."""
     return int(value.total_seconds() * 1000)
-
-
-def _secs(value: timedelta) -> str:
-    return f"{value.total_seconds():g}s"
 
 
 def _absolute(value: Path) -> Path:
