@@ -77,7 +77,7 @@ def test_a_stream_configures_its_markers(tmp_path: Path) -> None:
      "lies inside the location of table laketide.partition_status"),
     ({"file": "{home}/landing/clicks/done/{date}/{hour}/_SUCCESS"}, "lies inside the landing zone of stream"),
     ({"http": "ftp://example.com/x"}, "is not an http:// or https:// URL"),
-    ({"http": {"url": "http://h/x", "timeout": "10m"}}, "timeout: 600s is longer than 5 minutes"),
+    ({"http": {"url": "http://h/x", "timeout": "10m"}}, "timeout: 10m is longer than 5 minutes"),
     ({"http": {"url": "http://h/x", "attempts": 0}}, "attempts"),
     ({"callable": "not a function"}, "must be 'package.module:function'"),
     ({"callable": "m:f", "retries": -1}, "retries"),
@@ -113,7 +113,8 @@ def test_every_action_gets_the_record_and_a_reclose_overwrites_the_file(
     assert [(r.action, r.ok) for r in results] == [("file", True), ("http", True), ("callable", True)]
     path = marker_file(cfg, stream, KEY)
     expected = {"stream": "clicks", "table": "lake.clicks", "partition": KEY, "rows": 21690, "rejects": 12,
-                "audit": 21702, "snapshot_id": 4711, "closed_at": "2026-11-22T20:11:00+00:00", "reclose": False}
+                "duplicates_removed": 0, "audit": 21702,
+                "snapshot_id": 4711, "closed_at": "2026-11-22T20:11:00+00:00", "reclose": False}
     assert json.loads(path.read_text()) == expected
     assert endpoint.posts == [expected] and lines(sink) == [expected]
 

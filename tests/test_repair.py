@@ -137,6 +137,7 @@ def test_dry_run_then_repair_twice(lake: tuple[Path, Any]) -> None:
 
     # its re-close records arithmetic that adds up: the duplicates removed are in it
     from laketide.close.closing import close, verify
+    from laketide.close.markers import payload
 
     closed = close(config, stream, verify(config, stream, H[0], "test-close"), "test-close")
     record = history(config, "clicks", H[0])[-1]
@@ -144,6 +145,10 @@ def test_dry_run_then_repair_twice(lake: tuple[Path, Any]) -> None:
     assert record.reason == f"verified: audit {record.audit} == lake {duplicated} + rejects {record.rejects} + " \
                             f"duplicates removed {duplicated}", record.reason
     assert record.audit == 2 * duplicated + (record.rejects or 0)
+    # and it is announced: the Asset event's extra and the done-markers' payload carry the count
+    assert json.loads(record.verification or "{}")["duplicates"] == duplicated
+    assert closed.to_dict()["duplicates_removed"] == duplicated
+    assert json.loads(payload(closed))["duplicates_removed"] == duplicated
 
 
 def test_repair_dag_with_params_as_the_form_sends_them(lake: tuple[Path, Any], airflow_db: Path) -> None:

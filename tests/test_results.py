@@ -45,10 +45,15 @@ def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) 
     at = datetime(2026, 11, 22, 4, 12, 5, tzinfo=UTC)
     closed = ClosedPartition.of(stream, verified, closed_at=at, reclose=True)
     assert closed.to_dict() == {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8,
-                                "rejects": 2, "audit": 10, "snapshot_id": 42,
+                                "rejects": 2, "duplicates_removed": 0, "audit": 10, "snapshot_id": 42,
                                 "closed_at": "2026-11-22T04:12:05+00:00", "reclose": True}
     assert ClosedPartition.from_dict(json.loads(json.dumps(closed.to_dict()))) == closed
-    # the extra of an event emitted before audit, closed_at and reclose were added still reads
+    # a repaired hour's record names the duplicates removed, which its audit counts
+    repaired = VerifiedPartition.from_dict({**verified.to_dict(), "audit": 13, "duplicates": 3})
+    announced = ClosedPartition.of(stream, repaired, closed_at=at).to_dict()
+    assert announced["duplicates_removed"] == 3 and announced["audit"] == 8 + 2 + 3
+    assert ClosedPartition.from_dict(json.loads(json.dumps(announced))).duplicates_removed == 3
+    # the extra of an event emitted before audit, closed_at, reclose and duplicates_removed were added still reads
     old = {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8, "rejects": 2, "snapshot_id": 42}
     assert ClosedPartition.from_dict(old) == ClosedPartition("clicks", stream.table, KEY, 8, 2, 42)
 

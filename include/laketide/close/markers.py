@@ -2,7 +2,7 @@
 
 A stream's ``done_markers`` configuration (``laketide.config.markers``) names up to three actions; each gets the
 same record, the close record (:class:`laketide.close.results.ClosedPartition`: stream, table, partition, rows,
-rejects, audit, snapshot id, closed at, whether it is a re-close):
+rejects, duplicates removed, audit, snapshot id, closed at, whether it is a re-close):
 
 * **file**: a ``_SUCCESS``-style JSON file at a path template, written atomically (a temporary file in the same
   folder, flushed to disk, then renamed over the marker): a reader sees the old marker or the new one, never half

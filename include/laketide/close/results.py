@@ -133,28 +133,34 @@ class ClosedPartition:
     rows: int
     rejects: int
     snapshot_id: int | None
-    #: the audited count (producers' reports): rows + rejects (+ duplicates removed)
+    #: the audited count (producers' reports): rows + rejects + duplicates removed
     audit: int = 0
     #: ISO time the close was recorded (the status row's ``recorded_at``)
     closed_at: str = ""
     #: the hour had been closed before (late rows, a redo, a backfill): consumers should read it again
     reclose: bool = False
+    #: rows removed as duplicate event ids (a repair, ``dedupe_on_write``) at the verified snapshot: the audit
+    #: counts them, so ``audit == rows + rejects + duplicates_removed``
+    duplicates_removed: int = 0
 
     @classmethod
     def of(cls, stream: StreamConfig, verified: VerifiedPartition, closed_at: datetime | None = None,
            reclose: bool = False) -> ClosedPartition:
         return cls(stream.name, stream.table, verified.partition, verified.lake, verified.rejects,
-                   verified.snapshot_id, verified.audit, closed_at.isoformat() if closed_at else "", reclose)
+                   verified.snapshot_id, verified.audit, closed_at.isoformat() if closed_at else "", reclose,
+                   verified.duplicates)
 
     def to_dict(self) -> dict[str, Any]:
         """The Asset event's extra and the done-marker record (plain JSON values)."""
         return {"stream": self.stream, "table": self.table, "partition": self.partition, "rows": self.rows,
-                "rejects": self.rejects, "audit": self.audit, "snapshot_id": self.snapshot_id,
-                "closed_at": self.closed_at, "reclose": self.reclose}
+                "rejects": self.rejects, "duplicates_removed": self.duplicates_removed, "audit": self.audit,
+                "snapshot_id": self.snapshot_id, "closed_at": self.closed_at, "reclose": self.reclose}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
-        """Also an extra of an event emitted before ``audit``, ``closed_at`` and ``reclose`` were added."""
+        """Also an extra of an event emitted before ``audit``, ``closed_at``, ``reclose`` and ``duplicates_removed``
+        were added."""
         return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
                    int(data["rejects"]), data.get("snapshot_id"), int(data.get("audit") or 0),
-                   str(data.get("closed_at") or ""), bool(data.get("reclose", False)))
+                   str(data.get("closed_at") or ""), bool(data.get("reclose", False)),
+                   int(data.get("duplicates_removed") or 0))
