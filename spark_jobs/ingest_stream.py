@@ -34,6 +34,7 @@ from laketide.errors import (
     StreamFailedError,
     WriterBusyError,
     WriterFencedError,
+    exit_code,
 )
 
 EXIT_CODES: dict[type[Exception], int] = {
@@ -64,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_group(config, streams, args.mode)
-    except tuple(EXIT_CODES) as exc:
+    except tuple(EXIT_CODES) as exc:  # by the nearest mapped class: a SchemaChangeError is a ConfigError (2)
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CODES[type(exc)]
+        return exit_code(exc, EXIT_CODES) or 1
     except (Py4JNetworkError, ConnectionError) as exc:
         print(f"error: the Spark JVM of the writer is gone ({type(exc).__name__}: {exc}); see the log above "
               "(OutOfMemoryError?). Nothing of an unfinished batch is committed; the writer replays it when it "

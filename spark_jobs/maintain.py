@@ -17,7 +17,10 @@ import sys
 import uuid
 
 from laketide.config import get_config
-from laketide.errors import ConfigError
+from laketide.errors import ConfigError, MaintenanceRequestError, exit_code
+
+#: errors of a request that no retry can fix, by the nearest mapped class (``laketide.errors.exit_code``)
+EXIT_CODES: dict[type[Exception], int] = {ConfigError: 2, MaintenanceRequestError: 2}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,15 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     from laketide import logs
 
     logs.setup()
-    from laketide.errors import MaintenanceRequestError
     from laketide.maintain.plan import validate_request
 
     try:
         config = get_config()
         request = validate_request(config, args.table, args.actions, args.dry_run == "true")
-    except (ConfigError, MaintenanceRequestError) as exc:
+    except tuple(EXIT_CODES) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc, EXIT_CODES) or 1
     from laketide.lake.spark import build_session
     from laketide.maintain.job import run
 

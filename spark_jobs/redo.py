@@ -30,6 +30,7 @@ from laketide.errors import (
     RequestError,
     WriterBusyError,
     WriterFencedError,
+    exit_code,
 )
 
 EXIT_CODES: dict[type[Exception], int] = {
@@ -72,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
             spark = build_session(config, f"laketide-redo-{request.stream}")
         result = run(config, spark, request, timedelta(seconds=args.wait))
-    except tuple(EXIT_CODES) as exc:
+    except tuple(EXIT_CODES) as exc:  # by the nearest mapped class (a SchemaChangeError is a ConfigError: 2)
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CODES[type(exc)]
+        return exit_code(exc, EXIT_CODES) or 1
     finally:
         if spark is not None:
             spark.stop()

@@ -5,10 +5,21 @@ Every exception class of the package is defined here (the modules that raise one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from laketide.close.verify import Verification
+
+
+def exit_code(exc: BaseException, codes: Mapping[type[Exception], int]) -> int | None:
+    """The exit code a job gives ``exc``: that of the nearest class in its ancestry that ``codes`` maps (a
+    ``SchemaChangeError`` is a ``ConfigError``: its code, unless it has one of its own); None when none is mapped
+    (the job lets it go: a traceback, exit 1)."""
+    for cls in type(exc).__mro__:
+        if cls in codes:
+            return codes[cls]
+    return None
 
 
 class LaketideError(Exception):
