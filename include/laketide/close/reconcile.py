@@ -23,11 +23,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.close.hourscan import DuplicateIds, exact_rows, hours_row_filter, plan, record_batches
+from laketide.close.view import View, newest_batch, pin
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError
+from laketide.ingest import failures
 from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
 from laketide.ingest.landing import read_audits
-from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import FileStat, duplicates_removed, ingested_files
 from laketide.lake.hours import HOUR, hour_start, parse_partition, partition_key
 
@@ -72,11 +73,14 @@ class Report:
     pending_files: list[str] = field(default_factory=list)
     #: landing files reported by name with a reason (hidden, empty, no audit, ...: ``inspection.Finding``)
     findings: list[Finding] = field(default_factory=list)
+    #: the writer's batch that failed and has not committed since (``ingest.failures``: batch id, attempts,
+    #: files, error, failed_at), None when there is none
+    failed_batch: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
         return (all(p.ok for p in self.partitions) and not self.duplicate_ids and not self.unattributed_rejects
-                and not any(f.blocking for f in self.findings))
+                and not any(f.blocking for f in self.findings) and self.failed_batch is None)
 
     def problems(self) -> list[str]:
         """What is wrong, one line each: a mismatch no pending file explains, duplicate ids, rejects of no hour, a
@@ -87,13 +91,24 @@ class Report:
         if self.unattributed_rejects:
             out.append(f"{self.unattributed_rejects} rejected line(s) attributed to no hour")
         out += [f"landing file {f.line()}" for f in self.findings if f.blocking]
+        if self.failed_batch is not None:
+            out.append(failed_line(self.failed_batch))
         return out
 
 
+def failed_line(failed: dict[str, Any]) -> str:
+    """One line naming the writer's failed batch, its error and its files (``ingest.failures``)."""
+    files = [str(f) for f in failed.get("files") or []]
+    shown = ", ".join(files[:10]) + (f" and {len(files) - 10} more" if len(files) > 10 else "")
+    return (f"batch {failed.get('batch_id')} of the writer failed ({failed.get('attempts', 1)} attempt(s), last at "
+            f"{failed.get('failed_at')}): {failed.get('error')}; its landing files are not ingested until it "
+            f"commits: {shown or '(files not known)'}; see the operations guide, 'A batch that keeps failing'")
+
+
 def lake_counts(config: LaketideConfig, stream: StreamConfig, hours: Collection[datetime] | None = None,
-                ) -> tuple[Counter[str], dict[str, int], set[str]]:
-    """Rows per partition of the events table, event ids seen more than once, and the source files: of the
-    partitions of ``hours`` only (default: the whole table).
+                view: View | None = None) -> tuple[Counter[str], dict[str, int], set[str]]:
+    """Rows per partition of the events table at the ``view``'s snapshot (default: the current one), event ids
+    seen more than once, and the source files: of the partitions of ``hours`` only (default: the whole table).
 
     Reads the files of those partitions alone, one at a time (``close.hourscan``): a file's rows are counted from
     its manifest entry when exact, the ids are grouped on disk; memory does not grow with the hours or the table.
@@ -101,15 +116,16 @@ def lake_counts(config: LaketideConfig, stream: StreamConfig, hours: Collection[
     import pyarrow.compute as pc
     from pyiceberg.expressions import AlwaysTrue
 
-    table = load_stream_table(config, stream.table, stream)
+    view = view or pin(config, stream)
+    table = view.events
     counts: Counter[str] = Counter()
     files: set[str] = set()
-    if table.metadata.current_snapshot_id is None:
+    if view.events_snapshot is None:
         return counts, {}, files
     wanted = {hour_start(h) for h in hours} if hours is not None else None
     row_filter = hours_row_filter(stream.event_time_field, wanted) if wanted is not None else AlwaysTrue()
     fields = (stream.event_id_field, stream.event_time_field, "_source_file")
-    scan, tasks = plan(table, row_filter, fields, None)
+    scan, tasks = plan(table, row_filter, fields, view.events_snapshot)
     with DuplicateIds(config.close.scan_memory) as ids:
         for part, task in enumerate(tasks):
             exact = exact_rows(table, stream.event_time_field, task, wanted)
@@ -127,10 +143,11 @@ def lake_counts(config: LaketideConfig, stream: StreamConfig, hours: Collection[
     return counts, duplicates.counts, files
 
 
-def reject_counts(table: Table, audits: dict[str, dict[str, Any]], hours: Collection[datetime] | None = None,
-                  ) -> tuple[Counter[str], set[str]]:
-    """Rejected rows per partition of a rejects ``table``, attributed through each row's source-file audit
-    record, and the source files of the rejects: of the partitions of ``hours`` only (default: every one).
+def reject_counts(table: Table, snapshot_id: int | None, audits: dict[str, dict[str, Any]],
+                  hours: Collection[datetime] | None = None) -> tuple[Counter[str], set[str]]:
+    """Rejected rows per partition of a rejects ``table`` at ``snapshot_id`` (None: nothing), attributed through
+    each row's source-file audit record, and the source files of the rejects: of the partitions of ``hours`` only
+    (default: every one).
 
     With ``hours``, only the rejects whose event hour is one of them, or whose source file's audit names one of
     them (a malformed line has no event hour), are read: the rejects table's partitions of those hours, and the
@@ -140,7 +157,7 @@ def reject_counts(table: Table, audits: dict[str, dict[str, Any]], hours: Collec
 
     counts: Counter[str] = Counter()
     files: set[str] = set()
-    if table.metadata.current_snapshot_id is None:
+    if snapshot_id is None:
         return counts, files
     keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
     row_filter: Any = AlwaysTrue()
@@ -149,7 +166,7 @@ def reject_counts(table: Table, audits: dict[str, dict[str, Any]], hours: Collec
         named = {name for name, audit in audits.items() if (keys or set()) & set((audit or {}).get("partitions", {}))}
         if named:
             row_filter = Or(row_filter, In(term=Reference("source_file"), values={literal(f) for f in named}))
-    scan, tasks = plan(table, row_filter, ("source_file", "event_hour"), None)
+    scan, tasks = plan(table, row_filter, ("source_file", "event_hour"), snapshot_id)
     for task in tasks:
         for batch in record_batches(scan, task):
             for row in batch.to_pylist():
@@ -198,18 +215,27 @@ def reconcile(config: LaketideConfig, stream: StreamConfig, hours: Collection[da
     report every landing file that is neither ingested nor pending, by name with its reason.
 
     :param hours: the partitions to reconcile (default: all); with them, only those partitions of both tables are
-        read, so the cost follows the hours, not the table's size."""
-    lake, duplicates, lake_files = lake_counts(config, stream, hours)
-    events_table = load_stream_table(config, stream.table, stream)
-    ingested = source_positions(events_table)
-    rejects_table = load_stream_table(config, stream.rejects_table, stream)
-    rejects, reject_files = reject_counts(rejects_table, read_audits(stream.landing_path, hidden=True), hours)
+        read, so the cost follows the hours, not the table's size.
+
+    One consistent view (``close.view``): both tables are pinned first, each read at its pinned snapshot, and the
+    landing zone is listed after them, so a file landed or committed meanwhile is pending, never a mismatch."""
+    view = pin(config, stream)
+    lake, duplicates, lake_files = lake_counts(config, stream, hours, view)
+    ingested = source_positions(view.events, view.events_snapshot) if view.events_snapshot is not None else {}
+    rejects, reject_files = reject_counts(view.rejects, view.rejects_snapshot,
+                                          read_audits(stream.landing_path, hidden=True), hours)
     for name in (lake_files | reject_files) - {None}:
         ingested.setdefault(name, None)
     keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
-    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours=keys)
-    removed = duplicates_removed(lineage_summaries(events_table))
+    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours=keys,
+                     retention=stream.source_log_retention)
+    removed = (duplicates_removed(lineage_summaries(view.events, view.events_snapshot))
+               if view.events_snapshot is not None else {})
     report = report_of(landed, lake, rejects, duplicates, removed)
+    failed = failures.read(stream)
+    committed = newest_batch(view, stream.writer_id)
+    if failed is not None and failed.get("batch_id", -1) > (-1 if committed is None else committed):
+        report.failed_batch = failed  # else a record left behind: that batch committed since
     if keys is not None:
         report.partitions = [p for p in report.partitions if p.partition in keys]
     return report
@@ -270,9 +296,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: stream {stream.name}: {exc}", file=sys.stderr)
             return 2
         print(f"stream {stream.name}: {stream.table} + {stream.rejects_table} vs audit records")
-        print(f"  {'partition':<27} {'audit':>8} {'lake':>8} {'rejects':>8}  status")
+        print(f"  {'partition':<27} {'audit':>8} {'lake':>8} {'rejects':>8} {'dup.removed':>11} {'pending':>8} "
+              f"{'reported':>8}  status")
         for p in report.partitions:
-            print(f"  {p.partition:<27} {p.audit:>8} {p.lake:>8} {p.rejects:>8}  {p.status}")
+            print(f"  {p.partition:<27} {p.audit:>8} {p.lake:>8} {p.rejects:>8} {p.duplicates:>11} {p.pending:>8} "
+                  f"{p.reported:>8}  {p.status}")
+        print("  (audit = lake + rejects + dup.removed when an hour adds up; dup.removed: rows removed or dropped as "
+              "duplicate event ids, which the audit records still count; pending, reported: landing files of the "
+              "hour not ingested yet, reported by name below)")
         print(f"  duplicate event ids: {len(report.duplicate_ids)}; unattributed rejects: "
               f"{report.unattributed_rejects}; landed files not ingested yet: {len(report.pending_files)}; "
               f"reported files: {len(report.findings)}")

@@ -38,11 +38,10 @@ from typing import TYPE_CHECKING, Any
 from laketide.close.hourscan import ID_MEMORY_LIMIT, DuplicateIds, Duplicates, exact_rows, plan, record_batches
 from laketide.close.reconcile import event_time, lineage_summaries, reject_counts, source_positions
 from laketide.close.results import balance
+from laketide.close.view import pin
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.errors import LaketideError
 from laketide.ingest.inspection import inspect
 from laketide.ingest.landing import read_audits
-from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import duplicates_removed
 from laketide.lake.hours import HOUR, hour_start, partition_key
 from laketide.logs import quiet_libraries
@@ -115,17 +114,6 @@ class Verification:
             "snapshot_id": self.snapshot_id,
             "failures": self.failures, "findings": self.findings, "results": str(self.results_path),
         }, separators=(",", ":"))
-
-
-def _snapshot(table: Table, name: str, snapshot_id: int | None) -> int | None:
-    """The snapshot to read: the given one (checked) or the current one (None for a table without any)."""
-    if snapshot_id is None:
-        current = table.current_snapshot()
-        return current.snapshot_id if current is not None else None
-    if table.snapshot_by_id(snapshot_id) is None:
-        raise LaketideError(f"snapshot {snapshot_id} is not in {name}: verify at an existing snapshot "
-                            "(or none for the current one)")
-    return snapshot_id
 
 
 def _columns(stream: StreamConfig) -> tuple[str, ...]:
@@ -343,19 +331,19 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     """
     start = hour_start(partition)
     key = partition_key(start)
-    table = load_stream_table(config, stream.table, stream)
-    rejects_table = load_stream_table(config, stream.rejects_table, stream)
-    snapshot_id = _snapshot(table, stream.table, snapshot_id)
+    view = pin(config, stream, snapshot_id)  # both tables first, then the landing zone: one consistent view
+    table, snapshot_id = view.events, view.events_snapshot
 
     audits = read_audits(stream.landing_path, hidden=True)
-    rejected, reject_files = reject_counts(rejects_table, audits, {start})
+    rejected, reject_files = reject_counts(view.rejects, view.rejects_snapshot, audits, {start})
     rejects = rejected[key]
     found = scan_hour(table, stream, start, snapshot_id, config.close.scan_memory)
     here = found.source_files
     ingested = source_positions(table, snapshot_id) if snapshot_id is not None else {}
     for name in here | reject_files:
         ingested.setdefault(name, None)
-    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours={key}, files=here)
+    landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours={key}, files=here,
+                     retention=stream.source_log_retention)
     audit = landed.expected().get(key, 0)
     pending = set(landed.pending_for(key))
     pending -= _ingested_elsewhere(table, pending, snapshot_id)

@@ -20,6 +20,7 @@ from laketide.config import StreamConfig
 from laketide.config.values import millis
 from laketide.errors import TableNotFoundError
 from laketide.ingest.inspection import Landed, landed_files
+from laketide.ingest.late_files import too_old_files
 from laketide.lake.commits import WATERMARK, WRITER_ID, source_position
 from laketide.lake.snapshots import Snap, lineage
 
@@ -37,7 +38,8 @@ def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> 
     commit: a copy that kept an old modification time (``cp -p``), which the writer refreshes and ingests
     (``laketide.ingest.late_files``), is pending until a commit names it. And a commit older than a file's landing
     cannot hold it, so the walk stops once every file still looked for landed after the commit reached (less
-    :data:`CLOCK_SKEW`).
+    :data:`CLOCK_SKEW`). A file the writer found older than ``source_log_retention`` (``late_files.too_old_files``:
+    it never takes it) is uncommitted whatever the walk assumed.
     """
     if not files:
         return []
@@ -66,6 +68,10 @@ def uncommitted(catalog: Any, stream: StreamConfig, files: Sequence[Landed]) -> 
         lineage(catalog, stream.table, stop)
     except TableNotFoundError:
         return list(files)
+    # files the writer found older than source_log_retention: never taken, so never committed (the walk above would
+    # take them for files read before the commits it reached)
+    too_old = too_old_files(stream)
+    left += [f for f in files if too_old.get(f.name) == f.landed_ms and f not in left and f.name not in found]
     return sorted(left, key=lambda f: (f.mtime_ms, f.name))
 
 

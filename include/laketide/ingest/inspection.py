@@ -48,6 +48,7 @@ class Reason(StrEnum):
     CHANGED = "changed after ingest"  # size or modification time differ from what the writer recorded
     DELETED = "deleted after ingest"  # ingested, no longer in data/
     NOT_DATA = "not a data file"  # its name does not end in '.jsonl' (UPPER.JSONL, notes.txt, x.jsonl.bak): never read
+    TOO_OLD = "older than source_log_retention"  # not ingested, modified too long before the newest ingested file
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,29 @@ def read_lines(path: Path, event_time: EventTime | None) -> tuple[int, dict[str,
     return lines, dict(sorted(hours.items()))
 
 
+def read_through(path: Path, size: int) -> tuple[int, int]:
+    """What the writer read of a data file listed at ``size`` bytes, if it grew since: Spark's text source (Hadoop's
+    line reader) reads every line that starts at or before the listed end, the one starting exactly there too,
+    through its line break; returns those bytes and the records (non-blank lines) among them."""
+    data = path.read_bytes()
+    end = lines = 0
+    while end < len(data) and end <= size:
+        cut = min((i for i in (data.find(b"\n", end), data.find(b"\r", end)) if i >= 0), default=len(data) - 1)
+        if data[cut:cut + 2] == b"\r\n":
+            cut += 1
+        lines += not is_blank(data[end:cut + 1])
+        end = cut + 1
+    return end, lines
+
+
+def _human(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0 and seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def _hours_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{hour} ({n})" for hour, n in counts.items())
 
@@ -165,6 +189,7 @@ def inspect(
     event_time: EventTime | None = None,
     hours: Collection[str] | None = None,
     files: Collection[str] = (),
+    retention: timedelta | None = None,
 ) -> Inspection:
     """Every file of ``data/`` is ingested, pending, or reported by name with a reason (:class:`Finding`).
 
@@ -174,6 +199,9 @@ def inspect(
     :param hours: inspect only the files of these hours (by audit record, name, or lines) plus ``files``;
         the expected counts still cover every audit record (None: every file)
     :param files: more files to inspect in any case (e.g. the sources of an hour's rows)
+    :param retention: the stream's ``source_log_retention``: a file not ingested whose modification time is older
+        than this behind the newest ingested file's is never taken by the writer (``ingest.late_files``), so it is
+        reported (:attr:`Reason.TOO_OLD`), not pending
 
     Reads the audit records, ``os.stat`` of each file and, for the files inspected, their lines (to
     compare with the audit's count and to find their hours).
@@ -181,9 +209,13 @@ def inspect(
     stats: Mapping[str, FileStat | None] = (
         ingested if isinstance(ingested, Mapping) else dict.fromkeys(ingested)
     )
-    audits, problems = _load_audits(landing_path, hidden=True)
     folder = data_dir(landing_path)
     present = sorted(p for p in folder.glob(f"*{DATA_SUFFIX}") if p.is_file()) if folder.is_dir() else []
+    # the audit records after the data files: a producer renames a file's audit record into place before the file,
+    # so every data file listed has its record by now (read first, a file published in between had none)
+    audits, problems = _load_audits(landing_path, hidden=True)
+    newest = max((s.mtime_ms for s in stats.values() if s is not None), default=None)
+    forgotten_ms = None if retention is None or newest is None else newest - int(retention.total_seconds() * 1000)
     scope = None if hours is None else set(hours)
     report = Inspection(audits, {}, [], [])
 
@@ -200,7 +232,11 @@ def inspect(
         info = report.files[name] = FileReport(name, True, name in stats, set(known))
         if scope is not None and not (known & scope) and known and name not in files:
             continue  # a file of another hour
-        stat = file_stat(path)
+        try:
+            stat = file_stat(path)
+        except FileNotFoundError:  # moved away since the listing
+            del report.files[name]
+            continue
         if stat.size:
             info.lines, info.line_hours = read_lines(path, event_time)
             info.hours |= set(info.line_hours)
@@ -208,8 +244,7 @@ def inspect(
             continue
         recorded = stats.get(name)
         if recorded is not None and recorded != stat:
-            add(name, Reason.CHANGED, f"the writer read {recorded.size} bytes (modified at {recorded.mtime_ms} ms); "
-                f"now {stat.size} bytes (modified at {stat.mtime_ms} ms): what changed since is not in the lake")
+            add(name, Reason.CHANGED, _changed(path, recorded, stat))
         if hidden(name):
             add(name, Reason.HIDDEN, "names starting with '_' or '.' are never ingested (Spark's file source "
                 "skips them): publish it again under a contract name")
@@ -236,7 +271,12 @@ def inspect(
                 what += f", its audit record names {_hours_text(audit_hours)}"
             add(name, Reason.HOURS, f"{what}; a file holds one hour (the lake splits it by event time)")
         if not info.ingested and not hidden(name):
-            report.pending.append(name)
+            if forgotten_ms is not None and stat.mtime_ms < forgotten_ms and retention is not None:
+                add(name, Reason.TOO_OLD, f"modified at {_iso(stat.mtime_ms)}, {_human(retention)} (source_log_"
+                    f"retention) or more before the newest ingested file ({_iso(newest or 0)}): the writer will never "
+                    f"take it; set its modification time to now (touch {path}) to ingest it")
+            else:
+                report.pending.append(name)
 
     others = sorted(p.name for p in folder.iterdir() if not p.name.endswith(DATA_SUFFIX) and p.is_file()) \
         if folder.is_dir() else []
@@ -258,6 +298,27 @@ def inspect(
             add(name, Reason.DELETED, f"ingested, then deleted from data/: its {audit['records']} record(s) "
                 "are still expected (its audit record is kept)", blocking=False)
     return report
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+def _changed(path: Path, recorded: FileStat, now: FileStat) -> str:
+    """The detail of a file changed after ingest: what the writer read of it, and what it holds now."""
+    was = f"(listed at {recorded.size} bytes, modified at {_iso(recorded.mtime_ms)})"
+    if now.size > recorded.size:
+        read_bytes, read_lines_ = read_through(path, recorded.size)
+        if read_bytes > recorded.size:
+            was = (f"{read_bytes} bytes, {read_lines_} record(s) {was[:-1]}: Spark's line reader finishes the line "
+                   "that starts at the listed end)")
+        else:
+            was = f"{read_bytes} bytes, {read_lines_} record(s) {was}"
+        return (f"the writer read its first {was}; now {now.size} bytes (modified at {_iso(now.mtime_ms)}): the "
+                f"lines after byte {read_bytes} are not in the lake (publish only those, in a new file, to ingest "
+                "them)")
+    return (f"the writer read {recorded.size} bytes (modified at {_iso(recorded.mtime_ms)}); now {now.size} bytes "
+            f"(modified at {_iso(now.mtime_ms)}): what changed since is not in the lake")
 
 
 _HOUR_PREFIX = re.compile(r"^[_.]*(\d{8}T\d{2})-")

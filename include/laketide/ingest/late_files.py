@@ -116,8 +116,12 @@ class LateFiles:
     #: files that landed before this (ms since the epoch, less ``SLACK_MS``) have been looked at; kept in the
     #: checkpoint (:data:`LOOKED_FILE`) so that a restarted writer goes on from there
     looked_until_ms: int | None = None
-    #: files named as older than the retention, with their landing time: named once per landing
+    #: files named as older than the retention, with their landing time: named once per landing by this process
     _named: dict[str, int] = field(default_factory=dict)
+    #: every file found older than the retention and still so, with its landing time: kept in the checkpoint
+    #: (:data:`LOOKED_FILE`) so that a restarted writer names them again, and the status counts them as not
+    #: committed (:func:`too_old_files`)
+    too_old: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.horizon = SourceHorizon(self.stream.checkpoint_path, millis(self.stream.source_log_retention))
@@ -141,8 +145,11 @@ class LateFiles:
         A checkpoint log in an unknown format, or a file that cannot be touched (a read-only landing zone), is
         logged and left: the file then stays pending, and the close's verification names it."""
         started_ms = int(time.time() * 1000)
-        if self.looked_until_ms is None:
-            self.looked_until_ms = _read_looked(self.looked_file)
+        restarted = self.too_old is None
+        if self.looked_until_ms is None or self.too_old is None:
+            looked, too_old = _read_looked(self.looked_file)
+            self.looked_until_ms = looked if self.looked_until_ms is None else self.looked_until_ms
+            self.too_old = too_old
         try:
             newest = self.horizon.refresh()
         except (CheckpointFormatError, OSError, ValueError, KeyError) as exc:
@@ -151,9 +158,9 @@ class LateFiles:
             return []
         if newest is None:  # nothing taken yet: Spark's horizon is 0, it skips no file
             return []
-        rescued = self._look(newest)
+        rescued = self._look(newest, restarted)
         self.looked_until_ms = started_ms
-        _write_looked(self.looked_file, started_ms)
+        _write_looked(self.looked_file, started_ms, self.too_old)
         try:  # after the look: a file is checked against the log as it was when the file landed
             self.horizon.prune()
         except (CheckpointFormatError, OSError, ValueError, KeyError) as exc:
@@ -161,11 +168,20 @@ class LateFiles:
                       self.stream.checkpoint_path, exc)
         return rescued
 
-    def _look(self, newest: int) -> list[str]:
+    def _look(self, newest: int, restarted: bool = False) -> list[str]:
         horizon_ms = newest - millis(self.stream.max_file_age)
         forgotten_ms = newest - millis(self.stream.source_log_retention)
-        candidates = self.candidates(landed_files(self.stream.landing_path), horizon_ms)
-        self._named = {name: landed for name, landed in self._named.items() if landed >= self.since_ms()}
+        files = landed_files(self.stream.landing_path)
+        candidates = self.candidates(files, horizon_ms)
+        known = self.too_old or {}
+        # still there, landed at the same time, still too old: the files named before (again at a restart)
+        self.too_old = {f.name: f.landed_ms for f in files
+                        if known.get(f.name) == f.landed_ms and f.mtime_ms < forgotten_ms}
+        if restarted:
+            listed = {f.name for f in candidates}
+            candidates += [f for f in files if f.name in self.too_old and f.name not in listed]
+        self._named = {name: landed for name, landed in self._named.items()
+                       if landed >= self.since_ms() or name in self.too_old}
         if not candidates:
             return []
         rescued: list[str] = []
@@ -177,6 +193,7 @@ class LateFiles:
             if f.name in taken:
                 continue
             if f.mtime_ms < forgotten_ms:
+                self.too_old[f.name] = f.landed_ms
                 if self._named.get(f.name) == f.landed_ms:
                     continue
                 self._named[f.name] = f.landed_ms
@@ -204,20 +221,33 @@ class LateFiles:
         return rescued
 
 
-def _read_looked(path: Path) -> int:
-    """The time of a previous writer's last look (0: none, or unreadable: every old file is looked at again)."""
+def _read_looked(path: Path) -> tuple[int, dict[str, int]]:
+    """The time of a previous writer's last look (0: none, or unreadable: every old file is looked at again) and
+    the files it found older than the retention, with their landing times."""
     try:
-        return int(json.loads(path.read_text())["looked_until_ms"])
+        data = json.loads(path.read_text())
+        looked = int(data["looked_until_ms"])
     except (OSError, ValueError, KeyError, TypeError):
-        return 0
+        return 0, {}
+    too_old = data.get("too_old") if isinstance(data, dict) else None
+    if not isinstance(too_old, dict):
+        return looked, {}
+    return looked, {str(n): int(t) for n, t in too_old.items() if isinstance(t, int)}
 
 
-def _write_looked(path: Path, looked_ms: int) -> None:
-    """Keep the time of this look (a temporary file per process, renamed over the last one: two writers of the
-    stream at once each leave a whole file). Not kept (logged): the next writer looks at every old file again."""
+def too_old_files(stream: StreamConfig) -> dict[str, int]:
+    """The landing files the writer of ``stream`` last found older than ``source_log_retention`` (it never takes
+    them), with their landing times (ms): kept in the checkpoint by :class:`LateFiles`; empty when none or unknown."""
+    return _read_looked(stream.checkpoint_path / LOOKED_FILE)[1]
+
+
+def _write_looked(path: Path, looked_ms: int, too_old: dict[str, int] | None = None) -> None:
+    """Keep the time of this look and the files older than the retention (a temporary file per process, renamed
+    over the last one: two writers of the stream at once each leave a whole file). Not kept (logged): the next
+    writer looks at every old file again."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        temp.write_text(json.dumps({"looked_until_ms": looked_ms}))
+        temp.write_text(json.dumps({"looked_until_ms": looked_ms, "too_old": dict(sorted((too_old or {}).items()))}))
         os.replace(temp, path)
     except OSError as exc:
         log.warning("the time of the late-file look was not kept in %s (%s): a restarted writer looks at every "

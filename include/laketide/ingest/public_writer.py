@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("laketide.ingest.writer")
 
 
+def current_snapshot_id(table: Any) -> int | None:
+    """The current snapshot id of the Java Iceberg ``table`` (as last refreshed), None when it has none."""
+    head = table.currentSnapshot()
+    return None if head is None else int(head.snapshotId())
+
+
 class PublicPath:
     """The public path's batch, rejects and publish; :class:`laketide.ingest.writer.BatchWriter` takes it when
     its commit path is ``public``."""
@@ -77,6 +83,12 @@ class PublicPath:
         events_table = self._public.table(f"{self.prefix}.{stream.table}")
         events_marker = public_sink.table_marker(events_table, stream.writer_id)
         if not commits.should_write(batch_id, events_marker):
+            assert events_marker is not None
+            # a replay of the batch the table holds, with its files (this path records each file with a line, as
+            # the batch's _source_file names them): anything else is a renumbered checkpoint
+            files = [str(r[0]) for r in batch.select("_source_file").distinct().collect()]
+            commits.check_replay(stream.name, stream.table, batch_id, events_marker, files,
+                                 current_snapshot_id(events_table))
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
         self.validator.with_extra = events_table.schema().findField(EXTRA_COLUMN) is not None

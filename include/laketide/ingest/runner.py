@@ -55,7 +55,7 @@ def preflight(config: LaketideConfig, stream: StreamConfig) -> None:
     """Refuse to start when checkpoint and table disagree (see ``commits.check_checkpoint``)."""
     marker = commits.table_marker(load_catalog(config.catalog), stream.table, stream.writer_id)
     state = commits.read_checkpoint(stream.checkpoint_path)
-    commits.check_checkpoint(stream.table, stream.writer_id, stream.checkpoint_path, state, marker)
+    commits.check_checkpoint(stream.table, stream.writer_id, stream.checkpoint_path, state, marker, stream.name)
 
 
 def stop_file(stream: StreamConfig) -> Path:
@@ -81,10 +81,10 @@ def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mod
 def translate(exc: BaseException) -> Exception:
     """A failure Spark hands back from a stream's batch function (as text, in a ``StreamingQueryException``) as the
     laketide error it was, so the caller sees one clear message, not a Java stack; other errors as they are."""
-    from laketide.errors import CatalogUnavailableError, StorageFullError
+    from laketide.errors import CatalogUnavailableError, CheckpointMismatchError, StorageFullError
 
     text = str(exc)
-    for error in (WriterFencedError, CatalogUnavailableError):
+    for error in (WriterFencedError, CatalogUnavailableError, CheckpointMismatchError):
         marker = f"{error.__module__}.{error.__name__}: "
         if marker in text:
             return error(text.split(marker, 1)[1].splitlines()[0])

@@ -145,9 +145,10 @@ def java_marker(metadata: Any, writer_id: str) -> commits.Marker | None:
             batch = summary.get(commits.BATCH_ID)
             if batch is not None:
                 kept = {commits.WRITER_ID: writer_id, commits.BATCH_ID: str(batch)}
-                watermark = summary.get(commits.WATERMARK)
-                if watermark is not None:
-                    kept[commits.WATERMARK] = str(watermark)
+                for key in (commits.WATERMARK, commits.SOURCE_FILES):  # the files: a replayed batch is checked
+                    value = summary.get(key)
+                    if value is not None:
+                        kept[key] = str(value)
                 return commits.Marker(int(snap.snapshotId()), int(batch), kept)
         parent = snap.parentId()
         snap = None if parent is None else metadata.snapshot(parent)

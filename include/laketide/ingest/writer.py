@@ -21,7 +21,7 @@ from laketide.config import EXTRA_COLUMN, CommitPath, LaketideConfig, StreamConf
 from laketide.errors import ConfigError
 from laketide.ingest import dedupe, failures, public_sink, sink
 from laketide.ingest import faultpoints as faults
-from laketide.ingest.public_writer import PublicPath
+from laketide.ingest.public_writer import PublicPath, current_snapshot_id
 from laketide.ingest.summary import _from_micros, _iso, _utc, ahead_of_clock, summary_key, warn_ahead, watermark_after
 from laketide.lake import commits
 from laketide.lake.hours import from_epoch_hours
@@ -245,6 +245,10 @@ class BatchWriter(PublicPath):
         events_table = iceberg.table(f"{self.prefix}.{stream.table}")
         events_marker = sink.table_marker(events_table, stream.writer_id)
         if not commits.should_write(batch_id, events_marker):
+            assert events_marker is not None
+            # a replay of the batch the table holds, with its files: anything else is a renumbered checkpoint
+            commits.check_replay(stream.name, stream.table, batch_id, events_marker, batch_files(batch),
+                                 current_snapshot_id(events_table))
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
             return
         self.validator.with_extra = events_table.schema().findField(EXTRA_COLUMN) is not None

@@ -71,6 +71,48 @@ def source_entries(checkpoint: Path, files: list[Path] | None = None) -> Iterato
                 yield json.loads(line)
 
 
+def batch_ids(folder: Path) -> list[int]:
+    """The batch ids of the files of one log (``offsets/``, ``commits/``: one file ``N`` per batch), ascending;
+    ``[]`` when the folder is missing."""
+    return sorted({int(p.name.split(".")[0]) for p in log_files(folder) if p.name.isdigit()})
+
+
+def source_batches(checkpoint: Path) -> tuple[list[int], list[int]]:
+    """The log batch ids of the file source's log files (plain ``N`` and compacted ``N.compact``), ascending, and
+    of those the compacted ones. Spark writes ``sources/0/N`` (the files it takes next) before the query's
+    ``offsets/<batch>`` that names it (``logOffset``), and compacts every ten log batches, later deleting the files
+    before the newest compacted one."""
+    files = log_files(source_log(checkpoint))
+    ids = sorted({int(p.name.split(".")[0]) for p in files})
+    compacted = sorted({int(p.name.split(".")[0]) for p in files if p.name.endswith(".compact")})
+    return ids, compacted
+
+
+def log_offset(checkpoint: Path, batch: int) -> int | None:
+    """The file source's log batch (``logOffset``) that the query's ``offsets/<batch>`` names: the last log batch
+    that query batch reads. None when the entry holds no offset of the file source (``-``).
+
+    :raises CheckpointFormatError: the entry is not Spark 3.5's (a version other than ``v1``, no line for the
+        source, or not the file source's offset)
+    """
+    path = checkpoint / "offsets" / str(batch)
+    lines = check_format(path)  # the batch's metadata, then one line per source
+    if len(lines) < 2:
+        raise CheckpointFormatError(f"{path}: no offset of the file source")
+    if lines[1].strip() == "-":
+        return None
+    try:
+        return int(json.loads(lines[1])["logOffset"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointFormatError(f"{path}: {lines[1][:200]!r} is not a file source's offset") from exc
+
+
+def covered(batch: int, ids: list[int], compacted: list[int]) -> bool:
+    """True when the file source's log still holds log batch ``batch``: its own file, or a compacted file at or
+    after it (a compacted file holds every entry up to its batch)."""
+    return batch in ids or any(c >= batch for c in compacted)
+
+
 def committed_source_batch(checkpoint: Path) -> int | None:
     """The file source's log batch (``logOffset``) of the last batch the query finished (``commits/``): a restart
     plans from the batch after it, so the entries of this log batch and of every earlier one are never read again

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laketide.errors import CheckpointMismatchError
+from laketide.lake import checkpoint_log
 from laketide.lake.snapshots import Snap, lineage
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ class Marker:
     snapshot_id: int
     batch_id: int
     summary: Mapping[str, str]
+    #: the table's current snapshot when the marker was read (a redo to it rebuilds the checkpoint), if known
+    current_id: int | None = None
 
     @property
     def watermark(self) -> str | None:
@@ -103,8 +106,9 @@ def table_marker(catalog: SqlCatalog, table: str, writer_id: str) -> Marker | No
     Reads only the snapshots from the current one back to that commit (``snapshots.lineage``), so the cost is
     the number of other commits since this writer's last one, not the length of the table's history.
     """
-    _, chain = lineage(catalog, table, lambda snap: is_marker(snap, writer_id))
-    return last_marker(chain, writer_id)
+    current, chain = lineage(catalog, table, lambda snap: is_marker(snap, writer_id))
+    marker = last_marker(chain, writer_id)
+    return None if marker is None else replace(marker, current_id=current)
 
 
 def should_write(batch_id: int, marker: Marker | None) -> bool:
@@ -114,58 +118,204 @@ def should_write(batch_id: int, marker: Marker | None) -> bool:
 
 @dataclass(frozen=True)
 class CheckpointState:
-    """The last batch ids Spark recorded: planned (offsets log) and finished (commits log)."""
+    """What a Structured Streaming checkpoint holds (``checkpoint_log`` reads it): the batch ids of its offsets
+    log (batches planned) and commits log (batches finished), the file source's log batches that the newest
+    offsets entries name (``logOffset``, by query batch), and the file source's own log files."""
 
-    last_offset: int | None
-    last_commit: int | None
+    offsets: tuple[int, ...] = ()
+    commits: tuple[int, ...] = ()
+    #: query batch -> the file source's log batch its offsets entry names (the newest two entries)
+    log_offsets: Mapping[int, int | None] = field(default_factory=dict)
+    #: the file source's log batches with a file (plain or compacted), and the compacted ones
+    source: tuple[int, ...] = ()
+    compacted: tuple[int, ...] = ()
 
+    @property
+    def last_offset(self) -> int | None:
+        return self.offsets[-1] if self.offsets else None
 
-def _last_batch(folder: Path) -> int | None:
-    if not folder.is_dir():
-        return None
-    ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
-    return max(ids) if ids else None
+    @property
+    def last_commit(self) -> int | None:
+        return self.commits[-1] if self.commits else None
 
 
 def read_checkpoint(checkpoint: Path) -> CheckpointState:
-    """Read the offsets and commits logs of a Structured Streaming checkpoint folder."""
-    return CheckpointState(_last_batch(checkpoint / "offsets"), _last_batch(checkpoint / "commits"))
+    """Read the offsets, commits and file-source logs of a Structured Streaming checkpoint folder.
+
+    :raises CheckpointFormatError: an offsets entry that is not Spark 3.5's
+    """
+    offsets = checkpoint_log.batch_ids(checkpoint / "offsets")
+    source, compacted = checkpoint_log.source_batches(checkpoint)
+    return CheckpointState(
+        tuple(offsets), tuple(checkpoint_log.batch_ids(checkpoint / "commits")),
+        {b: checkpoint_log.log_offset(checkpoint, b) for b in offsets[-2:]}, tuple(source), tuple(compacted))
+
+
+def _ids(ids: Iterable[int]) -> str:
+    """Batch ids as a short text: ``3``, ``3-5``, ``1, 3, 7-9``."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _source_problems(state: CheckpointState) -> list[str]:
+    """What the file source's log lacks: the log batches the newest offsets entry (and, for a batch to replay, the
+    one before it) name, and the files from its newest compacted one (or from 0) to its newest one. A log ahead of
+    the offsets is legal: Spark writes the files it takes next before the offsets entry that names them."""
+    last = state.last_offset
+    if last is None:
+        return []
+    needed_to = state.log_offsets.get(last)
+    if needed_to is None:
+        return []
+    replay = state.last_commit is None or state.last_commit < last
+    needed_from = needed_to
+    if replay:  # the batch to replay reads the log batches after the previous offsets entry's, to its own
+        previous = state.log_offsets.get(last - 1) if last > 0 else -1
+        if previous is not None:  # else offsets/ lacks the entry before the last (a problem of its own)
+            needed_from = previous + 1
+    ids, compacted = list(state.source), list(state.compacted)
+    missing = [b for b in range(needed_from, needed_to + 1) if not checkpoint_log.covered(b, ids, compacted)]
+    problems = []
+    if not ids:
+        problems.append(f"sources/0/ (the file source's log of the files it has taken) is missing or empty, while "
+                        f"offsets/{last} names its log batch {needed_to}")
+    elif missing:
+        problems.append(f"sources/0/ lacks log batch(es) {_ids(missing)}, which offsets/{last} needs")
+    if ids:
+        first = max(compacted) if compacted else 0
+        holes = sorted(set(range(first, ids[-1] + 1)) - set(ids) - set(missing))
+        if holes:
+            problems.append(f"sources/0/ lacks log batch(es) {_ids(holes)} (its files from "
+                            f"{'the newest compacted one' if compacted else '0'} to {ids[-1]} must all be there)")
+    return problems
+
+
+def checkpoint_problems(state: CheckpointState, batch: int | None) -> list[str]:
+    """What a checkpoint lacks or holds wrongly against the table, whose newest commit of the writer is batch
+    ``batch`` (None: no commit); ``[]`` when they agree.
+
+    Legal states (every batch commits to the events table, an empty commit when it had no valid rows):
+
+    * finished: ``commits/`` ends at B; ``offsets/`` ends at B, or at B+1 (planned, committed nowhere yet);
+    * B committed to Iceberg but not recorded by Spark (killed in between): ``commits/`` ends at B-1 (or is empty
+      when B is 0) and ``offsets/`` at B: Spark replays B, the sink finds it committed (with the same files) and
+      skips it;
+    * no commit yet: no ``commits/`` entry, ``offsets/`` empty or holding batch 0 only.
+
+    In each, ``offsets/`` also holds the entry before its last (Spark reads both to restart), every ``commits/``
+    entry in the range ``offsets/`` keeps has its ``offsets/`` entry (Spark purges both logs at the same
+    threshold), and the file source's log (``sources/0``) holds the log batches the last ``offsets/`` entry
+    reads (see :func:`_source_problems`). Anything else is a lost, damaged, older or foreign checkpoint (starting
+    would skip landing files as "already committed", or re-ingest them) or a table rolled back under it.
+    """
+    offsets, done = state.offsets, state.commits
+    last_offset, last_commit = state.last_offset, state.last_commit
+    problems: list[str] = []
+    if batch is None:
+        if last_commit is not None:
+            problems.append(f"commits/ has finished batches up to {last_commit}, but the table holds no commit of "
+                            "the writer (table recreated or rolled back?)")
+        if offsets and offsets != (0,):
+            problems.append(f"offsets/ holds batch(es) {_ids(offsets)}, but the table holds no commit of the writer")
+    else:
+        if not offsets:
+            problems.append("offsets/ (the batches Spark planned) is missing or empty")
+        if last_commit is not None and last_commit > batch:
+            problems.append(f"commits/ is ahead of the table: it ends at batch {last_commit} (table rolled back?)")
+        elif last_commit == batch or last_commit == batch - 1 or (last_commit is None and batch == 0):
+            wanted = (batch, batch + 1) if last_commit == batch else (batch, batch)
+            if last_offset is not None and last_offset < wanted[0]:
+                problems.append(f"offsets/ ends at batch {last_offset}: behind the table (an older or reset "
+                                "checkpoint)")
+            elif last_offset is not None and last_offset > wanted[1]:
+                problems.append(f"offsets/ is ahead of the table: it ends at batch {last_offset}")
+        else:
+            ends = "is missing or empty" if last_commit is None else f"ends at batch {last_commit}"
+            problems.append(f"commits/ (the batches Spark finished) {ends}: its newest entries are missing, or it "
+                            "is older than the table")
+            if last_offset is not None and last_offset < batch:
+                problems.append(f"offsets/ ends at batch {last_offset}: behind the table (an older or reset "
+                                "checkpoint)")
+    if last_offset is not None and last_offset > 0 and last_offset - 1 not in offsets:
+        problems.append(f"offsets/ lacks batch {last_offset - 1} (Spark needs the entry before the last)")
+    if offsets:
+        unplanned = [c for c in done if c >= offsets[0] and c not in offsets]
+        if unplanned:
+            problems.append(f"commits/ has batch(es) {_ids(unplanned)} that offsets/ lacks")
+    problems += _source_problems(state)
+    return problems
+
+
+def recovery_command(stream: str, snapshot_id: int | None) -> str:
+    """The command that rebuilds a stream's checkpoint from the table's markers: a redo to the table's current
+    snapshot (``laketide.redo``; it keeps the old checkpoint beside the new one)."""
+    return f"./laketide redo --stream {stream} --snapshot-id {snapshot_id if snapshot_id is not None else 'ID'} --apply"
 
 
 def check_checkpoint(
-    table: str, writer_id: str, checkpoint: Path, state: CheckpointState, marker: Marker | None
+    table: str, writer_id: str, checkpoint: Path, state: CheckpointState, marker: Marker | None,
+    stream: str | None = None,
 ) -> None:
-    """Refuse to start when the checkpoint and the table disagree.
+    """Refuse to start when the checkpoint and the table disagree (:func:`checkpoint_problems`), naming the
+    stream, what is missing and the command that recovers.
 
-    Every batch commits to the events table (an empty commit when it had no valid rows), so the table's
-    last batch B and the checkpoint must agree: Spark finished B (commits log = B), or B committed to Iceberg
-    but the process died before Spark recorded it (commits log = B-1, offsets log = B: B is replayed and
-    skipped). Anything else means a lost, reset or foreign checkpoint (starting would re-ingest data the
-    table holds, or re-number batches) or a table rolled back under the checkpoint.
+    :raises CheckpointMismatchError: they disagree
     """
-    if marker is None:
-        if state.last_commit is None:
-            return
-        raise CheckpointMismatchError(
-            f"checkpoint {checkpoint} has finished batches up to {state.last_commit}, but table {table} "
-            f"holds no commit of writer {writer_id!r} (table recreated or rolled back?). Starting would skip "
-            f"those landing files. {REDO_HINT}"
-        )
-    b = marker.batch_id
-    finished_b = state.last_commit == b
-    replay_b = state.last_offset == b and (state.last_commit == b - 1 or (b == 0 and state.last_commit is None))
-    if finished_b or replay_b:
+    problems = checkpoint_problems(state, None if marker is None else marker.batch_id)
+    if not problems:
         return
-    if state.last_offset is None and state.last_commit is None:
-        what = "is missing or empty (lost or reset)"
-    elif (state.last_offset or -1) < b:
-        what = f"is behind the table (its last batch is {state.last_offset}: an older or reset checkpoint)"
+    name = stream or "STREAM"
+    if marker is None:
+        where = f"table {table} holds no commit of writer {writer_id!r}"
+        fix = (f"If the table is right (recreated on purpose), move the checkpoint {checkpoint} aside and start "
+               f"again; else restore the table. {REDO_HINT}")
     else:
-        what = f"is ahead of the table (finished batch {state.last_commit}: table rolled back?)"
+        current = marker.current_id if marker.current_id is not None else marker.snapshot_id
+        where = f"table {table} has batch {marker.batch_id} of writer {writer_id!r} (snapshot {marker.snapshot_id})"
+        fix = (f"To recover, rebuild the checkpoint from the table with a redo to its current snapshot {current} "
+               f"(the damaged checkpoint is kept beside it): {recovery_command(name, current)} (it runs the "
+               "laketide_redo DAG; see docs/operations.md, checkpoint and table disagree).")
     raise CheckpointMismatchError(
-        f"refusing to start writer {writer_id!r}: table {table} has batch {b} committed "
-        f"(snapshot {marker.snapshot_id}) but checkpoint {checkpoint} {what}. "
-        f"Starting would duplicate or lose data. {REDO_HINT}"
+        f"refusing to start writer {writer_id!r} of stream {name!r}: checkpoint {checkpoint} does not agree with "
+        f"the table: {where}, but {'; '.join(problems)}. Starting would skip or duplicate landing files. {fix}"
+    )
+
+
+def check_replay(stream: str, table: str, batch_id: int, marker: Marker, files: Iterable[str],
+                 current_id: int | None) -> None:
+    """Before skipping batch ``batch_id`` as already committed (``should_write`` false): refuse when it is not the
+    batch the table holds. Only the newest committed batch can be replayed (Spark replays the batch it planned
+    last, with the same files); an older id means the checkpoint was renumbered, and files that the commit
+    did not record would be marked read and never written.
+
+    :param files: the landing files of the batch (each file with a line; an empty file is in no batch and no
+        commit)
+    :raises CheckpointMismatchError: the batch is not the committed one
+    """
+    recorded = set(source_position(marker.summary))
+    batch_files = set(files)
+    lost = sorted(batch_files - recorded)
+    if batch_id == marker.batch_id and batch_files == recorded:
+        return
+    if batch_id < marker.batch_id:
+        what = (f"batch {batch_id} is older than the table's newest batch {marker.batch_id} of the writer (only "
+                "the newest can be replayed): the checkpoint was renumbered (offsets/ lost or reset)")
+    else:
+        what = (f"the table's batch {batch_id} (snapshot {marker.snapshot_id}) recorded other landing files than "
+                "this batch holds: the checkpoint was renumbered or damaged")
+    shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+    current = current_id if current_id is not None else marker.snapshot_id
+    raise CheckpointMismatchError(
+        f"stream {stream!r}, batch {batch_id} of table {table}: {what}. Skipping it would mark "
+        f"{len(lost)} landing file(s) as read that are not in the table{': ' + shown if lost else ''}. Nothing was "
+        f"written; the stream stops. To recover, rebuild the checkpoint from the table with a redo to its current "
+        f"snapshot {current}: {recovery_command(stream, current)} (it runs the laketide_redo DAG; see "
+        "docs/operations.md, checkpoint and table disagree)."
     )
 
 

@@ -1,0 +1,122 @@
+"""One consistent view of a stream for reconciliation and verification: both tables pinned, then the landing zone.
+
+The writer commits a batch to two tables, the rejects first and then the events (``ingest.writer``), while
+producers keep landing files; a report that read the landing zone, the events table and the rejects table each at
+its own moment would count a file committed in between in one place and not the other, and call a healthy stream
+a mismatch. So every report reads through a :class:`View`:
+
+1. the events table's snapshot is pinned first (the current one, or the one asked for);
+2. the rejects table's snapshot is pinned to the one that holds exactly the batches that events snapshot holds:
+   a commit of the rejects table marked with a writer's batch newer than the writer's newest batch in the events
+   snapshot's lineage (its rejects are committed, its events not yet: a batch under way, or a redo that has rolled
+   the events table back and not yet the rejects table) is left out, with every commit after it;
+3. only then is the landing zone listed (by the caller): a file landed, or committed, after the pinned snapshots is
+   not in their source positions, so it is pending, never a mismatch.
+
+Metadata only (the snapshots pyiceberg already parsed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.errors import LaketideError
+from laketide.lake.catalog import load_stream_table
+from laketide.lake.commits import BATCH_ID, WRITER_ID
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+
+@dataclass(frozen=True)
+class View:
+    """The stream's two tables, each pinned to one snapshot (None: the table had no snapshot then)."""
+
+    events: Table
+    rejects: Table
+    events_snapshot: int | None
+    rejects_snapshot: int | None
+
+
+def pin(config: LaketideConfig, stream: StreamConfig, snapshot_id: int | None = None) -> View:
+    """Pin the events table at ``snapshot_id`` (default: its current snapshot), then the rejects table at the
+    snapshot that holds the same batches (see the module docstring).
+
+    :raises TableNotFoundError: a table does not exist
+    :raises LaketideError: ``snapshot_id`` is not a snapshot of the events table
+    """
+    events = load_stream_table(config, stream.table, stream)
+    if snapshot_id is None:
+        snapshot_id = events.metadata.current_snapshot_id
+    elif events.snapshot_by_id(snapshot_id) is None:
+        raise LaketideError(f"snapshot {snapshot_id} is not in {stream.table}: verify at an existing snapshot "
+                            "(or none for the current one)")
+    rejects = load_stream_table(config, stream.rejects_table, stream)  # after the events table: never older
+    return View(events, rejects, snapshot_id, matching_snapshot(events, snapshot_id, rejects))
+
+
+def _chain(table: Table, snapshot_id: int | None) -> tuple[list[Snapshot], bool]:
+    """The lineage of ``table`` ending at ``snapshot_id``, newest first, and whether it is whole (it reached a
+    snapshot without a parent, not one whose parent was removed by expiry)."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    chain: list[Snapshot] = []
+    sid = snapshot_id
+    while sid is not None:
+        snapshot = by_id.get(sid)
+        if snapshot is None:
+            return chain, False
+        chain.append(snapshot)
+        sid = snapshot.parent_snapshot_id
+    return chain, True
+
+
+def _marker(snapshot: Snapshot) -> tuple[str, int] | None:
+    summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+    writer, batch = summary.get(WRITER_ID), summary.get(BATCH_ID)
+    if writer is None or batch is None:
+        return None
+    try:
+        return writer, int(batch)
+    except ValueError:
+        return None
+
+
+def newest_batch(view: View, writer_id: str) -> int | None:
+    """The newest batch ``writer_id`` committed to the events table in the view (None: none in its lineage)."""
+    for snapshot in _chain(view.events, view.events_snapshot)[0]:
+        if (marker := _marker(snapshot)) is not None and marker[0] == writer_id:
+            return marker[1]
+    return None
+
+
+def matching_snapshot(events: Table, events_snapshot: int | None, rejects: Table) -> int | None:
+    """The newest snapshot of ``rejects``' current lineage that holds no writer batch newer than the batches of
+    ``events`` at ``events_snapshot`` (None: no such snapshot, the rejects table held nothing yet then).
+
+    A writer absent from the events lineage has committed no batch there (the first batch under way, or a redo
+    back to before its first batch, whose emptying commit of the rejects table carries batch -1), unless that
+    lineage was cut by expiry: then a rejects commit of that writer is compared by commit time instead."""
+    chain, whole = _chain(events, events_snapshot)
+    newest: dict[str, int] = {}
+    for snapshot in chain:
+        if (marker := _marker(snapshot)) is not None:
+            newest.setdefault(marker[0], marker[1])
+    events_ms = chain[0].timestamp_ms if chain else None
+    pinned = rejects.metadata.current_snapshot_id
+    for snapshot in _chain(rejects, pinned)[0]:
+        marker = _marker(snapshot)
+        if marker is None:
+            continue
+        writer, batch = marker
+        if writer in newest:
+            ahead = batch > newest[writer]
+        elif whole:
+            ahead = batch >= 0
+        else:
+            ahead = events_ms is None or snapshot.timestamp_ms > events_ms
+        if ahead:
+            pinned = snapshot.parent_snapshot_id
+    return pinned
