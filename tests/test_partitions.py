@@ -262,19 +262,59 @@ def test_advance_counts_only_this_writer_and_this_partition() -> None:
 
 
 def test_first_check_stops_at_an_old_commit_whose_watermark_is_before_the_partition() -> None:
+    """... and which was made more than max_future (1 day here) before the partition: a younger commit, whatever
+    its watermark, may follow older ones that hold rows of the hour ahead of their watermark (a fast clock)."""
     now = P + timedelta(hours=2)
-    stop = enough_history(stream(idle_window="5m"), P, now)
+    stop = enough_history(stream(idle_window="5m", max_future="1d"), P, now)
 
     def commit(at: datetime, watermark: str | None, writer: str = "w") -> Snap:
         summary = {"laketide.writer-id": writer} | ({"laketide.watermark": watermark} if watermark else {})
         return Snap(1, None, 1, ms(at), summary)
 
-    old = now - timedelta(minutes=6)
-    assert stop(commit(old, "2026-11-22T02:59:59.999999+00:00"))
-    assert stop(commit(old, None))  # no valid row committed yet
+    old = P - timedelta(days=1, minutes=1)
+    assert stop(commit(old, "2026-11-21T02:59:59.999999+00:00"))
+    assert stop(commit(now - timedelta(minutes=6), None))  # no valid row committed yet, by it or before it
     assert not stop(commit(old, "2026-11-22T03:00:00+00:00"))  # may hold rows of the partition
+    assert not stop(commit(now - timedelta(minutes=6), "2026-11-22T02:59:59.999999+00:00"))  # see the docstring
+    assert not stop(commit(P - timedelta(hours=3), "2026-11-22T00:05:00+00:00"))  # within max_future of the hour
     assert not stop(commit(now - timedelta(minutes=4), "2026-11-22T01:00:00+00:00"))  # inside the idle window
     assert not stop(commit(old, "2026-11-22T01:00:00+00:00", writer="other"))
+
+
+def test_a_first_check_counts_the_rows_a_commit_holds_ahead_of_its_capped_watermark(tmp_path: Path) -> None:
+    """A producer's clock three hours fast: its 20 rows of a later hour are committed with a watermark capped at
+    the writer's clock + max_clock_skew, before that hour; later commits of earlier hours follow. The first check
+    of that hour (at its end, from metadata: the commits' summaries) counts the 20 rows, not 0, and the earlier
+    hour's own rows too."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("lake")
+    schema = pa.schema([pa.field("event_id", pa.string())])
+    table = catalog.create_table("lake.clicks", schema)
+    clock = datetime.now(UTC)
+    this_hour = clock.replace(minute=0, second=0, microsecond=0)
+    ahead = this_hour + timedelta(hours=3)
+    capped = (clock + timedelta(minutes=5)).isoformat()
+
+    def commit(batch: int, rows: dict[datetime, int], producer_ahead: bool = False) -> None:
+        props = {"laketide.writer-id": "w", "laketide.batch-id": str(batch), "laketide.watermark": capped,
+                 "laketide.partition-rows": json.dumps({h.isoformat(): n for h, n in rows.items()})}
+        if producer_ahead:
+            props["laketide.ahead-of-clock"] = json.dumps({"fast-producer": (ahead + timedelta(minutes=9)).isoformat()})
+        table.append(pa.Table.from_pylist([{"event_id": f"{batch}-{i}"} for i in range(sum(rows.values()))],
+                                          schema=schema), snapshot_properties=props)
+
+    commit(0, {ahead: 20}, producer_ahead=True)
+    commit(1, {this_hour: 3})
+    commit(2, {this_hour: 2})
+    config = stream(max_future="1d", max_clock_skew="5m")
+    due = ahead + timedelta(hours=1, minutes=11)  # every commit is older than the idle window
+    seen = read(catalog, config, ahead, due)
+    assert seen.rows == 20 and seen.watermark == capped and "fast-producer" in seen.ahead
+    assert read(catalog, config, this_hour, due).rows == 5
+    catalog.engine.dispose()
 
 
 def test_bad_partition_is_refused(lake: Lake) -> None:

@@ -151,22 +151,31 @@ def advance_all(cursors: Sequence[Cursor], commits: list[Snap], writer_id: str) 
 
 
 def enough_history(stream: StreamConfig, partition: datetime, now: datetime) -> Callable[[Snap], bool]:
-    """Where a first check (no cursor) may stop walking back: at a commit of the writer that is both
+    """Where a first check (no cursor) may stop walking back: at a commit of the writer that is
 
     * older than the idle window (the watermark's age is then known: unchanged since before it = stalled), and
-    * whose watermark is before the partition's start. The watermark is the newest event time committed so
-      far and never goes down along a lineage, so neither that commit nor any older one holds a row of the
-      partition.
+    * either has no watermark (no valid row committed so far, by it or any older commit), or has a watermark
+      before the partition's start and was made more than ``max_future`` before it.
 
-    The walk follows the commits of the last few periods, whatever the table's history.
+    The watermark is the newest event time committed so far and never goes down along a lineage, but it is
+    capped at the writer's clock + ``max_clock_skew``: a commit of a producer whose clock runs ahead holds rows of
+    hours after its watermark (its summary's ``laketide.partition-rows`` counts them). Such rows are at most
+    ``max_future`` after their file landed (later event times are rejected), and a file lands before the commit
+    that reads it: so a commit made more than ``max_future`` before the partition, whose watermark is before it,
+    holds no row of the partition, and no older commit does either. The walk follows the commits of the hour,
+    of the idle window and of ``max_future`` before the hour (the table's expiry keeps about as many), whatever
+    the table's history.
     """
     idle_limit = _ms(now - stream.idle_window)
+    ahead_limit = _ms(partition - stream.max_future)
 
     def stop(snap: Snap) -> bool:
         if snap.summary.get(WRITER_ID) != stream.writer_id or snap.timestamp_ms >= idle_limit:
             return False
         watermark = snap.summary.get(WATERMARK)
-        return watermark is None or datetime.fromisoformat(watermark) < partition
+        if watermark is None:
+            return True
+        return datetime.fromisoformat(watermark) < partition and snap.timestamp_ms < ahead_limit
 
     return stop
 
@@ -177,7 +186,7 @@ def read(catalog: Any, stream: StreamConfig, partition: datetime, now: datetime,
 
     Without a cursor (or when the one given is no longer in the table's lineage: a rollback, an expiry),
     the walk goes back as far as :func:`enough_history` says, never further: the cost follows the commits
-    since the last check, or of the last few periods, not the table's history.
+    since the last check, or of the last few periods and ``max_future``, not the table's history.
     """
     key = partition_key(partition)
     if cursor is not None and cursor.partition != key:
