@@ -216,3 +216,41 @@ def test_an_append_computes_the_table_metadata_a_few_times_not_twenty(config: La
     table.append(table.scan().to_arrow())  # pyiceberg's own append of the same row, for comparison
     assert ours <= 3 < 10 < len(calls), (ours, len(calls))
     assert [r.run_id for r in history(config, "clicks")] == ["first", "first"]
+
+
+def test_the_overview_checks_every_hour_with_rows_and_no_recorded_state(
+        config: LaketideConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay of history written after the last close: its hours are older than the newest recorded hour and
+    than ``LOOKBACK``, yet the overview lists them, checked now from metadata, with their rows; a closed hour is
+    not checked again."""
+    from laketide.close.status import LOOKBACK, being_written
+    from laketide.lake.commits import BATCH_ID, PARTITION_ROWS, WATERMARK, WRITER_ID
+    from laketide.lake.hours import partition_key
+    from tests.bighour import chunk, create_tables
+
+    stream = config.stream("clicks")
+    events = create_tables(config, stream)
+    replayed = [P - timedelta(days=3), P - timedelta(days=3) + timedelta(hours=1)]
+    for batch, hour in enumerate([P, *replayed]):
+        rows = 5 + batch
+        events.append(chunk(stream, hour, 100 * batch, rows, f"f{batch}.jsonl"), snapshot_properties={
+            WRITER_ID: stream.writer_id, BATCH_ID: str(batch), WATERMARK: (P + timedelta(hours=1)).isoformat(),
+            PARTITION_ROWS: json.dumps({partition_key(hour): rows})})
+    record(config, rec(State.CLOSED, 0, 0, rows=5))  # the hour P: closed before the replay was written
+    now = P + timedelta(hours=3)
+    assert P - replayed[0] > LOOKBACK
+
+    checked = {s.partition: s for s in being_written(config, stream, [P], now)}
+    assert {h: checked[h].rows for h in replayed} == {replayed[0]: 6, replayed[1]: 7}
+    assert P not in checked and set(checked) == {*replayed, P + timedelta(hours=1), P + timedelta(hours=2),
+                                                 P + timedelta(hours=3)}
+
+    monkeypatch.setenv("LAKETIDE_CONFIG", str(tmp_path / "laketide.yaml"))
+    assert main(["--stream", "clicks"]) == 0
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines()]
+    shown = {ln[0]: ln for ln in lines if ln and ln[0].startswith("20")}
+    assert shown[partition_key(P)][1:3] == ["closed", "5"]
+    for hour, rows in zip(replayed, (6, 7), strict=True):
+        line = shown[partition_key(hour)]
+        assert line[2] == str(rows) and "(checked" in line, line

@@ -1,6 +1,6 @@
 """``laketide``: the one command for people, from a plain shell in the checkout (``./laketide ...``).
 
-    ./laketide status [--stream S] [--all]        every hour's state, the hours being written, table health
+    ./laketide status [--stream S] [--all]        every hour's state, the hours being written or not recorded, health
     ./laketide reconcile [--stream S]             audit == lake + rejects per hour (exit 1 only for a problem)
     ./laketide snapshots [--stream S] [--limit N] the events table's snapshot timeline (ids for a redo)
     ./laketide submit JOB [ARGS...]               run a Spark job by hand, exactly as Airflow submits it
@@ -139,7 +139,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="laketide", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    status = commands.add_parser("status", help="every hour's state, the hours being written, table health")
+    status = commands.add_parser("status", help="every hour's state, the hours being written or with rows and no "
+                                                 "recorded state (e.g. a replay's), table health")
     status.add_argument("--stream")
     status.add_argument("--all", action="store_true", help="every recorded state, not only the latest")
     status.set_defaults(run=_status)

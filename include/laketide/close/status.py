@@ -10,8 +10,8 @@ Columns: ``stream``, ``partition`` (timestamptz, the hour start), ``state`` (a :
 (``commit.manifest-merge.enabled``) so reads stay cheap.
 
 Run ``./laketide status [--stream NAME] [--all]`` (or ``python -m laketide.close.status``) for the latest state of
-every partition and the hours being written (checked now, not recorded), with each table's health (``--all``:
-every recorded row, oldest first).
+every partition, and, checked now (not recorded), the hours being written and every other hour with rows and no
+recorded state (a replay's, however old), with each table's health (``--all``: every recorded row, oldest first).
 """
 
 from __future__ import annotations
@@ -241,18 +241,20 @@ def latest(config: LaketideConfig, stream: str) -> dict[datetime, StatusRecord]:
     return dict(sorted(newest.items()))
 
 
-#: how far back :func:`being_written` looks for hours no status was recorded for yet
+#: how far back :func:`being_written` looks for recent hours no status was recorded for yet
 LOOKBACK = timedelta(hours=6)
 
 
 def being_written(config: LaketideConfig, stream: StreamConfig, recorded: Iterable[datetime],
                   now: datetime | None = None) -> list[PartitionStatus]:
-    """The hours after the newest recorded one up to the current hour (at most ``LOOKBACK``), checked now from
-    metadata and not recorded: the hour being written with its rows so far and its state (open, lagging, ...).
-    None before the writer has created the stream's table."""
+    """The hours no status is recorded for, checked now from metadata and not recorded, oldest first: the hours
+    after the newest recorded one up to the current hour (at most ``LOOKBACK``: the hour being written with its
+    rows so far and its state, open, lagging, ...), and every other hour the events table holds rows of (its
+    partitions metadata: manifests, no data file), however old, such as the hours of a replay written after the
+    last close. None before the writer has created the stream's table."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-    from laketide.close.partitions import check_partitions
+    from laketide.close.partitions import check_partitions, partition_rows
 
     try:
         load_catalog(config.catalog).load_table(stream.table)
@@ -260,10 +262,12 @@ def being_written(config: LaketideConfig, stream: StreamConfig, recorded: Iterab
         return []
     now = now or datetime.now(UTC)
     current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    newest = max(recorded, default=None)
+    seen = set(recorded)
+    newest = max(seen, default=None)
     first = max(current - LOOKBACK, newest + HOUR) if newest is not None else current - LOOKBACK
-    hours = [first + i * HOUR for i in range(int((current - first) / HOUR) + 1)] if first <= current else []
-    return check_partitions(config, stream, hours, now)
+    hours = {first + i * HOUR for i in range(int((current - first) / HOUR) + 1)} if first <= current else set()
+    hours |= {hour for hour, rows in partition_rows(config, stream).items() if rows and hour not in seen}
+    return check_partitions(config, stream, sorted(hours), now)
 
 
 def format_live(statuses: list[PartitionStatus]) -> list[str]:
