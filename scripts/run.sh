@@ -11,7 +11,12 @@
 #   LAKETIDE_HOME             local state folder (default .laketide/)
 #   LAKETIDE_PORT             Airflow UI/API port (default 8080; another port moves the log servers to port+1, +2)
 #   LAKETIDE_STOP_GRACE       seconds processes get to stop after SIGTERM before SIGKILL (default 30)
-#   LAKETIDE_AIRFLOW_COMMAND  how Airflow is started (default "airflow standalone")
+#   LAKETIDE_AIRFLOW_COMMAND  one command that runs all of Airflow instead (e.g. "airflow standalone"); by default
+#                             the components start one by one: the API server first, and the scheduler, the DAG
+#                             processor and the triggerer once it answers, so that no task starts before it can
+#                             reach the API server
+#   AIRFLOW__CORE__PARALLELISM  task slots, i.e. LocalExecutor worker processes (default 4: the continuous writer
+#                             holds one; Airflow's own default, 32, forks 32 workers of ~150 MB each at start)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,6 +39,12 @@ fi
 # on a small machine the API server answers slowly while Spark starts: a task that gives up after Airflow's
 # default 5 s fails before it ran (seen at the quickstart's first minutes on two cores)
 export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-60}
+# sized for a small machine (two cores): Airflow's defaults are for a server. Every setting can be overridden.
+export AIRFLOW__CORE__EXECUTOR=${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}
+export AIRFLOW__CORE__AUTH_MANAGER=${AIRFLOW__CORE__AUTH_MANAGER:-airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager}
+export AIRFLOW__CORE__PARALLELISM=${AIRFLOW__CORE__PARALLELISM:-4}
+export AIRFLOW__API__WORKERS=${AIRFLOW__API__WORKERS:-1}
+export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=${AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES:-1}
 export AIRFLOW_CONN_SPARK_DEFAULT=${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "local[2]"}'}
 # close runs set their run notes through Airflow's REST API as the admin user (connection laketide_airflow_api):
 # the simple auth manager keeps the admin's password in this file, and uses the one it finds there
@@ -53,7 +64,7 @@ PY
   export AIRFLOW_CONN_LAKETIDE_AIRFLOW_API
 fi
 GRACE=${LAKETIDE_STOP_GRACE:-30}
-read -r -a AIRFLOW_COMMAND <<<"${LAKETIDE_AIRFLOW_COMMAND:-airflow standalone}"
+read -r -a AIRFLOW_COMMAND <<<"${LAKETIDE_AIRFLOW_COMMAND:-}"
 LOGS=$LAKETIDE_HOME/logs
 mkdir -p "$AIRFLOW_HOME" "$LOGS"
 
@@ -157,20 +168,44 @@ env "$TOKEN" setsid python -m laketide.dev.producer --stream orders --mode live 
 producer_orders=$!
 pids+=("$producer_orders")
 
-say "==> Airflow standalone (first start migrates its database: about a minute)"
-env "$TOKEN" setsid "${AIRFLOW_COMMAND[@]}" >"$LOGS/airflow.log" 2>&1 &
-airflow=$!
-pids+=("$airflow")
-
 url="http://localhost:$AIRFLOW__API__PORT"
-for _ in $(seq 1 300); do
-  if curl -fsS "$url/api/v2/monitor/health" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "$airflow" 2>/dev/null; then
-    say "error: Airflow exited; see $LOGS/airflow.log" >&2; tail -20 "$LOGS/airflow.log" >&2 || true; exit 1
-  fi
-  sleep 1
-done
-curl -fsS "$url/api/v2/monitor/health" >/dev/null || { say "error: Airflow UI not up; see $LOGS/airflow.log" >&2; exit 1; }
+airflow_pids=()
+start_airflow() {  # start one Airflow component (or the whole LAKETIDE_AIRFLOW_COMMAND) in a session of its own
+  local log=$1
+  shift
+  env "$TOKEN" setsid "$@" >>"$LOGS/$log" 2>&1 &
+  pids+=($!)
+  airflow_pids+=($!)
+}
+wait_for_api() {
+  local _
+  for _ in $(seq 1 300); do
+    if curl -fsS "$url/api/v2/monitor/health" >/dev/null 2>&1; then return 0; fi
+    for pid in "${airflow_pids[@]}"; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        say "error: Airflow exited; see $LOGS/airflow.log" >&2; tail -20 "$LOGS/airflow.log" >&2 || true; exit 1
+      fi
+    done
+    sleep 1
+  done
+  curl -fsS "$url/api/v2/monitor/health" >/dev/null || { say "error: Airflow UI not up; see $LOGS/airflow.log" >&2; exit 1; }
+}
+
+if ((${#AIRFLOW_COMMAND[@]})); then
+  say "==> Airflow: ${AIRFLOW_COMMAND[*]}"
+  start_airflow airflow.log "${AIRFLOW_COMMAND[@]}"
+  wait_for_api
+else
+  say "==> Airflow (its database is migrated first: about a minute the first time)"
+  env "$TOKEN" airflow db migrate >>"$LOGS/airflow.log" 2>&1 || {
+    say "error: airflow db migrate failed; see $LOGS/airflow.log" >&2; tail -20 "$LOGS/airflow.log" >&2 || true; exit 1; }
+  # the API server first: a task that starts before it answers fails its first try (httpx.ConnectError)
+  start_airflow airflow.log airflow api-server
+  wait_for_api
+  start_airflow airflow-scheduler.log airflow scheduler
+  start_airflow airflow-dag-processor.log airflow dag-processor
+  start_airflow airflow-triggerer.log airflow triggerer
+fi
 password=$(python - "$AIRFLOW_HOME" <<'PY'
 import json, pathlib, sys
 path = pathlib.Path(sys.argv[1]) / "simple_auth_manager_passwords.json.generated"
@@ -200,11 +235,11 @@ say "
   Ctrl-C stops everything.
 "
 status=0
-wait -n "$producer" "$producer_orders" "$airflow" || status=$?
-# not a requested stop (that exits from the trap): the producer or Airflow ended by itself
-if kill -0 "$airflow" 2>/dev/null; then
-  say "error: the producer exited ($status); see $LOGS/producer.log" >&2
+wait -n "$producer" "$producer_orders" "${airflow_pids[@]}" || status=$?
+# not a requested stop (that exits from the trap): the producer or an Airflow component ended by itself
+if kill -0 "$producer" 2>/dev/null && kill -0 "$producer_orders" 2>/dev/null; then
+  say "error: Airflow exited ($status); see $LOGS/airflow*.log" >&2
 else
-  say "error: Airflow exited ($status); see $LOGS/airflow.log" >&2
+  say "error: the producer exited ($status); see $LOGS/producer*.log" >&2
 fi
 exit 1
