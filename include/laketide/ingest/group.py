@@ -33,7 +33,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import (
@@ -45,7 +45,7 @@ from laketide.errors import (
     WriterBusyError,
     WriterFencedError,
 )
-from laketide.ingest import sink
+from laketide.ingest import failures, sink
 from laketide.ingest.late_files import LateFiles
 from laketide.lake import writer_status
 from laketide.notify import writer_alert
@@ -63,7 +63,7 @@ log = logging.getLogger("laketide.ingest.group")
 Mode = Literal["continuous", "incremental"]
 #: how often figures are computed and reported, and streams that stopped looked at again
 STATUS_INTERVAL = 30.0
-#: how long a failed stream waits before it is started again (doubling up to ``MAX_BACKOFF``)
+#: how long a failed stream waits before it is started again (doubling up to ``MAX_BACKOFF``, see :func:`retry_wait`)
 FIRST_BACKOFF = 60.0
 MAX_BACKOFF = 1800.0
 #: errors a stream cannot get over without someone changing something: no start again in this application
@@ -85,6 +85,27 @@ WRITER_SETTINGS = {
 }
 
 
+def retry_wait(previous: float, recovered: bool) -> float:
+    """How long a stream that just failed waits before it is started again: ``FIRST_BACKOFF`` at its first failure
+    (``previous`` 0) and after it recovered (committed a batch since its last start: an unrelated failure later is a
+    new story), else twice its previous wait, up to ``MAX_BACKOFF``."""
+    if recovered or previous <= 0:
+        return FIRST_BACKOFF
+    return min(MAX_BACKOFF, previous * 2)
+
+
+def _last_commit(stream: StreamConfig) -> int:
+    """The newest batch id in the stream's checkpoint's ``commits/`` log (-1: none)."""
+    from laketide.lake.checkpoint_log import batch_ids
+
+    ids = batch_ids(stream.checkpoint_path / "commits")
+    return ids[-1] if ids else -1
+
+
+def _no_lost_connection(record: logging.LogRecord) -> bool:
+    return record.getMessage() != "Exception while sending command."
+
+
 @dataclass
 class Writer:
     """One stream of the application."""
@@ -94,12 +115,15 @@ class Writer:
     late: LateFiles
     commit_path: str = "internal"
     query: StreamingQuery | None = None
-    state: str = "starting"  # running | stopping | waiting | failed | stopped | done
+    state: str = "starting"  # running | stopping | waiting | failed | held out | stopped | done
     reason: str = ""
     error: Exception | None = None
-    #: when to try to start it again (monotonic), for a waiting or failed stream
+    #: when to try to start it again (monotonic), for a waiting, failed or held-out stream
     retry_at: float = 0.0
-    backoff: float = FIRST_BACKOFF
+    #: its last wait after a failure (0: none yet; see :func:`retry_wait`)
+    backoff: float = 0.0
+    #: the newest committed batch when it last started (it recovered once a later one commits)
+    started_from: int = -1
     figures: Freshness | None = None
     alerted: set[str] = field(default_factory=set)
     #: another writer took its lease while it ran
@@ -131,6 +155,10 @@ class Application:
         self._spark = spark
         self.stopping: list[str] = []
         self.metrics: MetricsServer | None = None
+        #: after the application died with batches in flight: the streams that replay theirs alone, in turn
+        self.turns: list[Writer] = []
+        self.probe: Writer | None = None
+        self.looped = False
 
     # ------------------------------------------------------------------ the session and each stream's start
 
@@ -163,6 +191,18 @@ class Application:
 
         stream = w.stream
         if stream.name not in self.given:
+            entry = failures.held_out(stream)
+            if entry is not None:
+                self._hold_out(w, entry)
+                return
+            flag = stop_file(stream)
+            if flag.exists():  # asked to stop before it started (a redo, an operator): honoured, and used up
+                flag.unlink(missing_ok=True)
+                w.state, w.reason, w.error = "stopped", f"stop file {flag} (found at its start)", None
+                w.retry_at = time.monotonic() + STATUS_INTERVAL  # once its lease is free again (a redo keeps it)
+                log.info("stream %s does not start: its stop file %s asked it to stop", stream.name, flag)
+                self._report(w)
+                return
             try:
                 w.lease.acquire()
             except WriterBusyError as exc:
@@ -176,7 +216,9 @@ class Application:
             sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
                           self.config.catalog.retry_timeout)
             preflight(self.config, stream)
-            stop_file(stream).unlink(missing_ok=True)
+            if stream.name in self.given:  # the caller holds the lease: a stop file asked the writer before it
+                stop_file(stream).unlink(missing_ok=True)
+            w.started_from = _last_commit(stream)
             w.late.rescue()  # before the stream's first listing: an incremental run takes them too
             context = self.spark.sparkContext
             context.setLocalProperty("spark.scheduler.pool", stream.name)
@@ -207,6 +249,18 @@ class Application:
         writer_status.report(self.engine, w.stream.name, self.group, w.state, w.reason,
                              {**figures, "application": self.name})
 
+    def _hold_out(self, w: Writer, entry: dict[str, Any]) -> None:
+        """The stream's batch killed the application (see ``laketide.ingest.failures``): it does not start; it is
+        looked at again every status interval (a named file moved away, the record deleted: it starts)."""
+        reason = failures.hold_out_reason(w.stream, entry)
+        w.state, w.reason, w.error = "held out", reason, StreamFailedError(f"stream {w.stream.name!r} {reason}")
+        w.retry_at = time.monotonic() + STATUS_INTERVAL
+        if w.reason not in w.alerted:
+            w.alerted.add(w.reason)
+            log.error("stream %s %s", w.stream.name, w.reason)
+            writer_alert(self.config, "writer held out", w.stream.name, w.reason, self.name)
+        self._report(w)
+
     def _wait(self, w: Writer, exc: Exception) -> None:
         w.state, w.reason, w.error = "waiting", str(exc), exc
         w.retry_at = time.monotonic() + STATUS_INTERVAL * 2
@@ -218,9 +272,10 @@ class Application:
             exc = StreamFailedError(f"stream {w.stream.name!r}: {sink.root_cause(exc)}")
         w.state, w.reason, w.error = "failed", str(exc), exc
         permanent = isinstance(exc, PERMANENT)
+        if not permanent:
+            w.backoff = retry_wait(w.backoff, _last_commit(w.stream) > w.started_from)
         w.retry_at = float("inf") if permanent else time.monotonic() + w.backoff
         again = "" if permanent else f"; it is started again in {w.backoff:.0f}s"
-        w.backoff = min(MAX_BACKOFF, w.backoff * 2)
         log.error("stream %s stopped: %s: %s%s (the other streams of group %s go on)", w.stream.name,
                   type(exc).__name__, exc, again, self.group)
         self._report(w)
@@ -240,6 +295,12 @@ class Application:
                 f"writer {w.stream.writer_id!r} lost its lease to another writer of stream {w.stream.name!r} (this "
                 "one was silent for longer than writer_lease: frozen, cut off or overloaded); it stopped so that "
                 "only one writer commits. Nothing is lost: the other writer goes on from the shared checkpoint."))
+        elif problem is not None and self.stopping and not isinstance(translate(problem), LaketideError):
+            # asked to stop (SIGTERM of the process group reaches the JVM too): its batch ended with the JVM
+            w.state, w.reason = "stopped", f"stopped on {self.stopping[0]}"
+            log.info("stream %s stopped on %s (its batch ended with the Spark JVM: %s); nothing of it is committed, "
+                     "it is replayed at the next start", w.stream.name, self.stopping[0], sink.root_cause(problem))
+            self._report(w)
         elif problem is not None:
             error = translate(problem)
             if isinstance(error, WriterFencedError):
@@ -260,8 +321,7 @@ class Application:
         """Run until no stream runs or waits (see the module docstring); the writers, as they ended."""
         from laketide.ingest.runner import stop_file
 
-        previous = {s: signal.signal(s, lambda signum, _f: self.stopping.append(signal.Signals(signum).name))
-                    for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             for w in self.writers:  # a stream another live writer holds waits; none left: no JVM is started
                 if w.stream.name not in self.given:
@@ -269,15 +329,21 @@ class Application:
                         w.lease.check()
                     except WriterBusyError as exc:
                         self._wait(w, exc)
+            for w in self.writers:  # no live writer holds it: the batch a dead application had in flight is named
+                if w.state == "starting" and w.stream.name not in self.given:
+                    failures.died(w.stream)
+                    entry = failures.held_out(w.stream)
+                    if entry is not None:  # its batch killed the application: the others go on without it
+                        self._hold_out(w, entry)
             if not any(w.state == "starting" for w in self.writers):
                 return self.writers
             self.prepare()
-            for w in self.writers:
-                if w.state == "starting":
-                    self.start(w)
+            self._queue_turns()
+            self._take_turns()
             if not any(w.state == "running" for w in self.writers):
                 return self.writers  # nothing could start: the caller reports the first refusal
             self._serve_metrics()
+            self.looped = True
             next_status = time.monotonic()
             while True:
                 time.sleep(1.0)
@@ -300,6 +366,7 @@ class Application:
                         log.info("stream %s stops between batches (%s)", w.stream.name, w.reason)
                         w.query.stop()
                         flag.unlink(missing_ok=True)
+                self._take_turns()
                 if not any(w.query is not None for w in self.writers):
                     # no stream runs any more: the application ends (Airflow's retries start it again)
                     return self.writers
@@ -309,17 +376,87 @@ class Application:
                     next_status = now + STATUS_INTERVAL
                 if not self.stopping and self.mode == "continuous":
                     for w in self.writers:  # while others run, a stream that stopped is started again in time
-                        if w.state in ("waiting", "failed", "stopped") and now >= w.retry_at:
+                        if w.state in ("waiting", "failed", "held out", "stopped") and now >= w.retry_at:
                             self.start(w)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             for w in self.writers:
-                if w.query is not None and w.query.isActive:
-                    w.query.stop()
+                try:
+                    if w.query is not None and w.query.isActive:
+                        w.query.stop()
+                except Exception as exc:  # the JVM is gone: nothing to stop; the leases are released all the same
+                    log.debug("stream %s: query not stopped: %s", w.stream.name, exc)
                 self._release(w)
             if self.metrics is not None:
                 self.metrics.close()
+            logging.getLogger().removeFilter(_no_lost_connection)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        """SIGTERM/SIGINT: every stream stops between batches. A stop of the whole process group reaches the JVM too:
+        py4j's tracebacks of the connection it loses then (logged at INFO on the root logger) are no news."""
+        if not self.stopping:
+            logging.getLogger().addFilter(_no_lost_connection)
+        self.stopping.append(signal.Signals(signum).name)
+
+    def _queue_turns(self) -> None:
+        """After the application died with batches in flight (``laketide.ingest.failures``): the streams whose
+        batch was in flight at a death, not committed since, replay it one at a time, each alone in the JVM; the
+        other streams start after them. A batch that kills the JVM again is then the only one in flight."""
+        starting = [w for w in self.writers if w.state == "starting"]
+        self.turns = [w for w in starting if w.stream.name not in self.given
+                      and 0 < (failures.read(w.stream) or {}).get("deaths", 0) < failures.HOLD_OUT_AFTER]
+        if not self.turns:
+            return
+        names = ", ".join(w.stream.name for w in self.turns)
+        for w in starting:
+            if w not in self.turns:
+                w.reason = (f"waits for its turn: the writer application died with batches in flight; stream(s) "
+                            f"{names} replay theirs alone first")
+                self._report(w)
+
+    def _take_turns(self) -> None:
+        """Start the streams whose turn it is: the next one of :attr:`turns` once the one replaying alone committed
+        its batch (or ended), then every stream still starting."""
+        while True:
+            if self.probe is not None:
+                entry = failures.read(self.probe.stream)
+                if self.probe.query is not None and entry is not None and entry.get("deaths", 0) > 0:
+                    return  # its replayed batch has not committed yet: it stays alone
+                self.probe = None
+            if self.turns:
+                self.probe = self.turns.pop(0)
+                entry = failures.read(self.probe.stream) or {}
+                log.warning("stream %s replays batch %s alone first: the writer application died with it in flight "
+                            "(%d time(s) in a row); the other streams start once it committed", self.probe.stream.name,
+                            entry.get("batch_id"), entry.get("deaths", 0))
+                self.start(self.probe)
+                continue
+            for w in self.writers:
+                if w.state == "starting":
+                    self.start(w)
+            return
+
+    def stopped_on_signal(self, exc: BaseException | None) -> None:
+        """The application ends on SIGTERM/SIGINT: a batch it had in flight is not a death of its JVM (forgotten);
+        with ``exc`` (the JVM went away with the signal: a process group's stop reaches it too) the streams it
+        interrupted are stopped, not failed."""
+        for w in self.writers:
+            failures.forget(w.stream)
+            if exc is not None and w.state in ("starting", "running", "stopping"):
+                w.state, w.reason, w.query = "stopped", f"stopped on {self.stopping[0]}", None
+                self._report(w)
+        log.info("writer group %s stopped on %s%s; nothing of an unfinished batch is committed, each stream replays "
+                 "it at its next start", self.group, self.stopping[0],
+                 f" (the Spark JVM ended with it: {type(exc).__name__})" if exc is not None else "")
+
+    def final_report(self) -> None:
+        """The figures once more as the application ends: the last commit's effect is in them (an incremental run
+        reports its backlog after its last batch, not before it)."""
+        try:
+            self._figures()
+        except Exception as exc:
+            log.warning("writer group %s: final figures not computed: %s", self.group, exc)
 
     # ------------------------------------------------------------------ figures, metrics, alerts
 
@@ -380,9 +517,25 @@ def run_group(config: LaketideConfig, streams: list[StreamConfig], mode: Mode, s
               summary: dict[str, str] | None = None, leases: dict[str, WriterLease] | None = None) -> None:
     """Run the writer application of ``streams``; when it ends, raise the error of the first stream that ended in
     one (a group of one: that stream's error, as a single writer always did)."""
-    writers = Application(config, streams, mode, spark, summary, leases).run()
+    app = Application(config, streams, mode, spark, summary, leases)
+    try:
+        writers = app.run()
+    except Exception as exc:
+        if not failures.jvm_gone(exc):
+            raise
+        if not app.stopping:
+            time.sleep(1.0)  # a signal that ended the JVM is handled by the main thread first
+        if not app.stopping:
+            raise  # the JVM died on its own (out of memory?): exit 7
+        app.stopped_on_signal(exc)
+        writers = app.writers
+    else:
+        if app.stopping:
+            app.stopped_on_signal(None)
+    if app.looped:
+        app.final_report()
     for w in writers:
-        if w.state in ("failed", "waiting") and w.error is not None:
+        if w.state in ("failed", "waiting", "held out") and w.error is not None:
             if len(writers) > 1:
                 others = [f"{o.stream.name}: {o.state}" for o in writers if o is not w]
                 log.error("writer group %s ended; stream %s %s (%s); %s", w.stream.writer_group, w.stream.name,

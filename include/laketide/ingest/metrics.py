@@ -5,7 +5,11 @@ collector's Prometheus receiver scrape; stdlib only (a threaded ``http.server`` 
 
 =============================================  ===================================================================
 ``laketide_writer_up{stream,group}``           1 while the stream's query runs, else 0
-``laketide_writer_state{stream,group,state}``  1 for the stream's state (running, waiting, failed, stopped, done)
+``laketide_writer_state{stream,group,state}``  1 for the stream's state (running, waiting, failed, held out,
+                                               stopped, done); ``held out``: its batch killed the application,
+                                               the writer status names the files and what to do
+``laketide_writer_held_out{stream,group,batch}``  1 while the stream is held out (``batch``: the batch that killed
+                                               the application)
 ``laketide_landed_to_committed_seconds``       landed -> committed latency over the last hour,
   ``{stream,group,quantile="0.5"|"0.95"|"1"}``   by quantile (1: the maximum)
 ``laketide_writer_lag_seconds{stream,group}``  now - the stream's watermark
@@ -20,10 +24,12 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from laketide.ingest import failures
+
 if TYPE_CHECKING:
     from laketide.ingest.group import Writer
 
-STATES = ("running", "waiting", "failed", "stopped", "done")
+STATES = ("running", "waiting", "failed", "held out", "stopped", "done")
 
 
 def exposition(writers: Sequence[Writer], group: str) -> str:
@@ -40,6 +46,12 @@ def exposition(writers: Sequence[Writer], group: str) -> str:
             current = w.state if w.state != "stopping" else "running"
             lines.append(f'laketide_writer_state{{stream="{w.stream.name}",group="{group}",state="{state}"}} '
                          f"{int(current == state)}")
+    lines += ["# HELP laketide_writer_held_out 1 while the stream is held out: its batch killed the writer application",
+              "# TYPE laketide_writer_held_out gauge"]
+    for w in writers:
+        batch = (failures.read(w.stream) or {}).get("batch_id", "") if w.state == "held out" else ""
+        lines.append(f'laketide_writer_held_out{{stream="{w.stream.name}",group="{group}",batch="{batch}"}} '
+                     f"{int(w.state == 'held out')}")
     lines += ["# HELP laketide_landed_to_committed_seconds landed -> committed latency over the last hour",
               "# TYPE laketide_landed_to_committed_seconds gauge"]
     for w in writers:

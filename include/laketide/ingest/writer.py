@@ -223,6 +223,7 @@ class BatchWriter(PublicPath):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Commit micro-batch ``batch_id`` once; a busy or unreachable catalog is waited out."""
         stream = self.stream
+        failures.begin(stream, batch_id, batch)  # before its work: if the JVM dies in it, the next start names it
 
         def write() -> None:
             if self.commit_path == "public":

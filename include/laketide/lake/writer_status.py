@@ -3,10 +3,11 @@
 the catalog read it.
 
 A row holds the stream's writer group and application (host, pid), its state (``running``, ``waiting``,
-``failed``, ``stopped``, ``done``), why, when, and its freshness figures (``laketide.ingest.backlog.Freshness``:
-landed -> committed p50/p95, lag, backlog) as JSON. The application writes it on every change of state and with
-fresh figures every status interval; a row whose application stopped reporting is older than a few intervals
-(the reader compares ``updated_at`` with the stream's lease).
+``failed``, ``held out`` (its batch killed the application: the reason names its files and what to do, see
+``laketide.ingest.failures``), ``stopped``, ``done``), why, when, and its freshness figures
+(``laketide.ingest.backlog.Freshness``: landed -> committed p50/p95, lag, backlog) as JSON. The application writes
+it on every change of state and with fresh figures every status interval; a row whose application stopped reporting
+is older than a few intervals (the reader compares ``updated_at`` with the stream's lease).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("laketide.lake.writer_status")
 TABLE = "laketide_writer_status"
 #: ``stopping``: asked to stop (SIGTERM, its stop file), the stream finishes the batch it is in
-STATES = ("starting", "running", "stopping", "waiting", "failed", "stopped", "done")
+STATES = ("starting", "running", "stopping", "waiting", "failed", "held out", "stopped", "done")
 
 
 @dataclass(frozen=True)

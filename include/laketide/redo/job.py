@@ -126,11 +126,12 @@ def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> Write
         other = running_redo(config, stream)
         if other is not None:
             raise RedoBusyError(f"another redo of stream {stream.name!r} is running ({other}); nothing was changed")
-        if not flag.exists():  # a writer deletes it when it starts: ask again until the lease is ours
+        if not flag.exists():  # a writer deletes it when it stops on it: ask again until the lease is ours
             flag.parent.mkdir(parents=True, exist_ok=True)
             flag.touch()
         try:
             lease.acquire()
+            flag.unlink(missing_ok=True)  # the writer stopped and the lease keeps it out: the request is answered
             log.info("redo holds stream %s (writer lease of %s)", stream.name, stream.writer_id)
             return lease
         except WriterBusyError as exc:

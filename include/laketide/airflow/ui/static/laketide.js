@@ -119,7 +119,7 @@ var laketide = (function () {
         ", heartbeat " + secs(w.holder.heartbeat_age_s) + " ago" : "";
       var f = w.freshness;
       var r = w.reported;
-      var app = r ? '<span class="badge ' + esc(r.state) + '">' + esc(r.state) + "</span> in application " +
+      var app = r ? '<span class="badge ' + esc(r.state === "held out" ? "failed held-out" : r.state) + '">' + esc(r.state) + "</span> in application " +
         esc(r.application || r.group) + (r.reason ? ' <span class="wrap">' + esc(r.reason) + "</span>" : "") +
         " <span class=muted>(reported " + esc(r.updated_at) + ")</span>" : '<span class="muted">not reported yet</span>';
       var kv = '<dl class="kv"><dt>writer</dt><dd>' + badge + " " + esc(w.writer_id) + holder + "</dd>" +
