@@ -93,11 +93,13 @@ def newest_batch(view: View, writer_id: str) -> int | None:
 
 
 def matching_snapshot(events: Table, events_snapshot: int | None, rejects: Table) -> int | None:
-    """The newest snapshot of ``rejects``' current lineage that holds no writer batch newer than the batches of
-    ``events`` at ``events_snapshot`` (None: no such snapshot, the rejects table held nothing yet then).
+    """The newest snapshot of ``rejects``' current lineage whose newest writer commit (itself, or the nearest below
+    it) is no batch newer than the batches of ``events`` at ``events_snapshot``: the commits above that one are of
+    batches whose events are not in that snapshot yet, and the snapshots without a marker among them (compaction)
+    hold their rows too. None: no such snapshot (the rejects table held nothing of those batches yet).
 
-    A writer absent from the events lineage has committed no batch there (the first batch under way, or a redo
-    back to before its first batch, whose emptying commit of the rejects table carries batch -1), unless that
+    A writer absent from the events lineage has committed no batch there (its first batch under way; a redo back to
+    before the first batch empties the rejects table in a commit marked batch -1, which is not ahead), unless that
     lineage was cut by expiry: then a rejects commit of that writer is compared by commit time instead."""
     chain, whole = _chain(events, events_snapshot)
     newest: dict[str, int] = {}
@@ -105,18 +107,22 @@ def matching_snapshot(events: Table, events_snapshot: int | None, rejects: Table
         if (marker := _marker(snapshot)) is not None:
             newest.setdefault(marker[0], marker[1])
     events_ms = chain[0].timestamp_ms if chain else None
-    pinned = rejects.metadata.current_snapshot_id
-    for snapshot in _chain(rejects, pinned)[0]:
+
+    def ahead(snapshot: Snapshot, writer: str, batch: int) -> bool:
+        if writer in newest:
+            return batch > newest[writer]
+        if whole:
+            return batch >= 0
+        return events_ms is None or snapshot.timestamp_ms > events_ms
+
+    candidate: int | None = None  # the newest snapshot since the last commit found ahead
+    for snapshot in _chain(rejects, rejects.metadata.current_snapshot_id)[0]:
+        if candidate is None:
+            candidate = snapshot.snapshot_id
         marker = _marker(snapshot)
         if marker is None:
             continue
-        writer, batch = marker
-        if writer in newest:
-            ahead = batch > newest[writer]
-        elif whole:
-            ahead = batch >= 0
-        else:
-            ahead = events_ms is None or snapshot.timestamp_ms > events_ms
-        if ahead:
-            pinned = snapshot.parent_snapshot_id
-    return pinned
+        if not ahead(snapshot, *marker):
+            return candidate
+        candidate = None
+    return candidate
