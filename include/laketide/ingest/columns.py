@@ -170,11 +170,13 @@ def fits(raw: Column, stream: StreamConfig) -> Column:
     return F.octet_length(raw) <= F.lit(stream.max_line_bytes)
 
 
-def too_long_reason(raw: Column, stream: StreamConfig) -> Column:
+def too_long_reason(raw: Column, stream: StreamConfig, length: Column | None = None) -> Column:
+    """Why a line over ``max_line_bytes`` is rejected; ``length``: its length in bytes, when ``raw`` holds only its
+    start (``long_lines``)."""
     from pyspark.sql import functions as F
 
     return F.concat(
-        F.lit("line of "), F.octet_length(raw).cast("string"),
+        F.lit("line of "), (F.octet_length(raw) if length is None else length).cast("string"),
         F.lit(f" bytes exceeds max_line_bytes ({stream.max_line_bytes})"),
     )
 
@@ -196,11 +198,13 @@ def pack_reject(source: Column, raw: Column, reason: Column, stream: StreamConfi
                        reason)
 
 
-def truncated(raw: Column) -> Column:
-    """A line over ``max_line_bytes`` as the rejects table keeps it: its start and a marker with its length."""
+def truncated(raw: Column, length: Column | None = None) -> Column:
+    """A line over ``max_line_bytes`` as the rejects table keeps it: its start and a marker with its length
+    (``length``, when ``raw`` holds only the line's start: ``long_lines``)."""
     from pyspark.sql import functions as F
 
     return F.concat(
         F.substring(raw, 1, RAW_PREFIX_CHARS),
-        F.lit(" ... [truncated: "), F.octet_length(raw).cast("string"), F.lit(" bytes in the source file]"),
+        F.lit(" ... [truncated: "), (F.octet_length(raw) if length is None else length).cast("string"),
+        F.lit(" bytes in the source file]"),
     )

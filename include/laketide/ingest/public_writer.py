@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.ingest import faultpoints as faults
-from laketide.ingest import public_sink
+from laketide.ingest import long_lines, public_sink
 from laketide.ingest.columns import LANDED_AT, SOURCE_SIZE
 from laketide.ingest.inspection import audit_hours
+from laketide.ingest.long_lines import LongLine
 from laketide.ingest.rejects import rejected_rows
 from laketide.ingest.summary import (
     MICROS_PER_HOUR,
@@ -96,28 +97,39 @@ class PublicPath:
         time_field = stream.event_time_field
         lineage = [batch["_source_file"].alias("_file"), batch[SOURCE_SIZE].alias("_size"),
                    F.unix_millis(batch[LANDED_AT]).alias("_mtime")]
-        rows = self.validator.staged_rows(batch, batch_id, lineage).persist(StorageLevel.MEMORY_AND_DISK)
+        cached = self.validator.staged_rows(batch, batch_id, lineage).persist(StorageLevel.MEMORY_AND_DISK)
+        rows = cached
         try:
             micros = F.unix_micros(F.col(time_field))
-            groups = rows.groupBy(F.floor(micros / MICROS_PER_HOUR).alias("_hour"), "_file", "_size", "_mtime").agg(
-                F.count(F.col(time_field)).alias("valid"),
-                F.count(F.when(F.col(time_field).isNull() & F.col("_source_file").isNotNull(), 1)).alias("rejected"),
-                F.min(micros).alias("low"), F.max(micros).alias("high"),
-            ).collect()
+
+            def aggregate(staged: DataFrame) -> list[Any]:
+                return staged.groupBy(F.floor(micros / MICROS_PER_HOUR).alias("_hour"), "_file", "_size",
+                                      "_mtime").agg(
+                    F.count(F.col(time_field)).alias("valid"),
+                    F.count(F.when(F.col(time_field).isNull() & F.col("_source_file").isNotNull(), 1))
+                    .alias("rejected"),
+                    F.min(micros).alias("low"), F.max(micros).alias("high"),
+                ).collect()
+
+            groups = listed = aggregate(rows)
+            stats: dict[str, tuple[int, int]] = {
+                str(g["_file"]): (int(g["_size"]), int(g["_mtime"])) for g in listed if g["_file"] is not None}
+            # the lines above max_line_bytes the reader skipped, in files above it (nothing read for other batches)
+            files = commits.SourceFiles(stats)
+            long = long_lines.find(stream, files.stats)
+            if long:  # what the reader left of them is replaced by the scan's rejects: aggregate again
+                rows = long_lines.without_long_staged(cached, stream)
+                groups = aggregate(rows)
             planned = time.monotonic()
-            stats: dict[str, tuple[int, int]] = {}
             per_hour: dict[str, int] = {}
-            rejected = 0
+            rejected = len(long)
             lows = [int(g["low"]) for g in groups if g["low"] is not None]
             highs = [int(g["high"]) for g in groups if g["high"] is not None]
             for g in groups:
-                if g["_file"] is not None:
-                    stats[str(g["_file"])] = (int(g["_size"]), int(g["_mtime"]))
                 rejected += int(g["rejected"])
                 if g["valid"]:
                     key = summary_key(from_epoch_hours(int(g["_hour"])))
                     per_hour[key] = per_hour.get(key, 0) + int(g["valid"])
-            files = commits.SourceFiles(stats)
             valid = sum(per_hour.values())
             newest = _from_micros(max(highs) if highs else None)
             watermark = watermark_after(events_marker.watermark if events_marker else None, newest, now,
@@ -141,7 +153,7 @@ class PublicPath:
                 rejects_marker = public_sink.table_marker(self._public.table(f"{self.prefix}.{stream.rejects_table}"),
                                                           stream.writer_id)
                 if commits.should_write(batch_id, rejects_marker):
-                    self._reject_public(rows, batch_id, now, files, rejected, extra, rejects_marker)
+                    self._reject_public(rows, batch_id, now, files, rejected, extra, rejects_marker, long)
             else:
                 # nothing staged for the rejects: pause here
                 faults.maybe_pause("before_commit", batch_id, self.stream.name)
@@ -154,7 +166,7 @@ class PublicPath:
             snapshot_id = self._publish_public(spark, stream.table, valid_rows, props, batch_id, events_marker,
                                                None)
         finally:
-            rows.unpersist()
+            cached.unpersist()
         faults.maybe_pause("after_commit", batch_id, self.stream.name)
         done = time.monotonic()
         log.info(
@@ -165,15 +177,19 @@ class PublicPath:
         )
 
     def _reject_public(self, rows: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
-                       extra: dict[str, Any], marker: commits.Marker | None) -> None:
+                       extra: dict[str, Any], marker: commits.Marker | None,
+                       long: list[LongLine] | None = None) -> None:
         """The rejected lines to the rejects table through a staging branch (the public path's ``_reject``), read
-        from the batch's cached staged ``rows`` (``Validator.rejects_of``), not from the batch."""
+        from the batch's cached staged ``rows`` (``Validator.rejects_of``), not from the batch; and the lines above
+        ``max_line_bytes`` the reader skipped (``long``, from the driver's scan: ``long_lines.rejects``)."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         stream = self.stream
-        rejects = rejected_rows(self.validator.rejects_of(rows), stream, batch_id, now,
-                                audit_hours(stream.landing_path, files)).persist(
+        lines = self.validator.rejects_of(rows)
+        if long:
+            lines = lines.unionByName(long_lines.rejects(rows.sparkSession, stream, long))
+        rejects = rejected_rows(lines, stream, batch_id, now, audit_hours(stream.landing_path, files)).persist(
             StorageLevel.MEMORY_AND_DISK)
         try:
             by_hour: dict[str, int] = {}

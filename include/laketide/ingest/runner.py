@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import WriterFencedError
+from laketide.ingest import long_lines
 from laketide.ingest.landing import DATA_SUFFIX, data_dir
 from laketide.ingest.late_files import file_source_options
 from laketide.lake import commits
@@ -32,7 +33,9 @@ DISK_FULL = "No space left on device"
 
 def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> DataFrame:
     """Landing data files as a stream of lines with their file's name and modification (landing) time, and
-    with ``sizes`` its size (the public commit path records it from there)."""
+    with ``sizes`` its size (the public commit path records it from there). Hadoop's line reader skips a line
+    much longer than ``max_line_bytes`` without holding it (``long_lines.reader_options``): the writer finds and
+    rejects such lines itself (``laketide.ingest.long_lines``)."""
     from pyspark.sql import functions as F
 
     folder = data_dir(stream.landing_path)
@@ -46,6 +49,7 @@ def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> D
         .option("maxFilesPerTrigger", stream.max_files_per_trigger)
         .option("pathGlobFilter", f"*{DATA_SUFFIX}")
         .options(**file_source_options(stream))
+        .options(**long_lines.reader_options(stream))
         .load(str(folder))
         .select(*columns)
     )

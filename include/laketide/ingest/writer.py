@@ -9,6 +9,7 @@ takes the public commit path instead: the same summary and fence, through ``lake
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.config import EXTRA_COLUMN, CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
-from laketide.ingest import dedupe, failures, public_sink, sink
+from laketide.ingest import dedupe, failures, long_lines, public_sink, sink
 from laketide.ingest import faultpoints as faults
 from laketide.ingest.public_writer import PublicPath, current_snapshot_id
 from laketide.ingest.summary import _from_micros, _iso, _utc, ahead_of_clock, summary_key, warn_ahead, watermark_after
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 from laketide.ingest.inspection import audit_hours
+from laketide.ingest.long_lines import LongLine
 from laketide.ingest.rejects import rejected_rows
 from laketide.ingest.transforms import Validator
 from laketide.lake.internals import IcebergJvm, SqlitePool, batch_files, write_uncommitted
@@ -255,9 +257,10 @@ class BatchWriter(PublicPath):
         self.validator.with_extra = events_table.schema().findField(EXTRA_COLUMN) is not None
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
+        long = long_lines.find(stream, files.stats)  # reads nothing unless a file is above max_line_bytes
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        rows = self.validator.staged_rows(batch, batch_id)
+        rows = self.validator.staged_rows(long_lines.without_long(batch, stream) if long else batch, batch_id)
         dropped: dict[str, int] = {}
         marked = None
         if stream.dedupe_on_write:
@@ -269,15 +272,16 @@ class BatchWriter(PublicPath):
             if marked is not None:
                 marked.unpersist()
         try:
-            self._commit(batch, batch_id, staged, dropped, events_marker, files, now, (started, planned))
+            self._commit(batch, batch_id, staged, dropped, events_marker, files, now, (started, planned), long)
         finally:
             for location in staged.null_files:
                 staged.table.io().deleteFile(location)
 
     def _commit(self, batch: DataFrame, batch_id: int, staged: Staged, dropped: dict[str, int],
                 events_marker: commits.Marker | None, files: commits.SourceFiles, now: datetime,
-                times: tuple[float, float]) -> None:
-        """The rejects pass (when the batch has rejects), then the fenced commit of the staged valid rows."""
+                times: tuple[float, float], long: list[LongLine] | None = None) -> None:
+        """The rejects pass (when the batch has rejects), then the fenced commit of the staged valid rows.
+        ``long``: the lines above ``max_line_bytes`` the reader skipped (``long_lines.find``), rejected as well."""
         stream = self.stream
         started, planned = times
         iceberg = self.iceberg(batch.sparkSession)
@@ -285,7 +289,8 @@ class BatchWriter(PublicPath):
             raise RuntimeError(f"batch {batch_id}: {staged.dropped} duplicate rows staged, {sum(dropped.values())} "
                                "counted: the passes over the batch disagree; nothing was committed")
         staged_at = time.monotonic()
-        valid, rejected = staged.valid, staged.rejected
+        long = long or []
+        valid, rejected = staged.valid, staged.rejected + len(long)
         faults.maybe_pause("before_commit", batch_id, self.stream.name)
 
         newest = _from_micros(staged.max_event_time)
@@ -307,7 +312,7 @@ class BatchWriter(PublicPath):
             rejects_table = iceberg.table(f"{self.prefix}.{stream.rejects_table}")
             rejects_marker = sink.table_marker(rejects_table, stream.writer_id)
             if commits.should_write(batch_id, rejects_marker):
-                self._reject(batch, batch_id, now, files, staged, extra, rejects_marker)
+                self._reject(batch, batch_id, now, files, staged, extra, rejects_marker, long)
         faults.maybe_pause("between_tables", batch_id, self.stream.name)
         published = time.monotonic()
         if dropped:
@@ -345,14 +350,21 @@ class BatchWriter(PublicPath):
         return marked, dedupe.dropped_per_hour(marked)
 
     def _reject(self, batch: DataFrame, batch_id: int, now: datetime, files: list[str], staged: Staged,
-                extra: dict[str, Any], marker: commits.Marker | None) -> None:
+                extra: dict[str, Any], marker: commits.Marker | None, long: list[LongLine]) -> None:
         """Commit the batch's rejected lines to the rejects table, fenced like the events. The lines are read from
         the staged files of the null hour partition (``Validator.rejects_of``), not from the batch: the pass costs
         in proportion to the rejects. The rows per hour come from the written files' metadata: no row reaches the
-        driver."""
+        driver. ``long``: the lines above ``max_line_bytes`` the reader skipped, rejected from what the driver's
+        scan kept of them (``long_lines.rejects``)."""
         stream = self.stream
-        expected = staged.rejected
-        lines = self.validator.rejects_of(batch.sparkSession.read.schema(staged.schema).parquet(*staged.null_files))
+        spark = batch.sparkSession
+        expected = staged.rejected + len(long)
+        parts = []
+        if staged.rejected:
+            parts.append(self.validator.rejects_of(spark.read.schema(staged.schema).parquet(*staged.null_files)))
+        if long:
+            parts.append(long_lines.rejects(spark, stream, long))
+        lines = functools.reduce(lambda a, b: a.unionByName(b), parts)
         rejects = rejected_rows(lines, stream, batch_id, now, audit_hours(stream.landing_path, files))
         file_set = f"laketide-{stream.writer_id}-{batch_id}-rejects-{uuid.uuid4().hex[:12]}"
         jtable, written = self._write_uncommitted(rejects, stream.rejects_table, file_set)
