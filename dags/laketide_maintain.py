@@ -8,7 +8,9 @@ so), each recorded in the maintenance record (`make status` shows the age of the
 
 * **laketide_maintain_after_close**: runs when hours close (the closed-hours Assets, whose events are
   partitioned by hour; every hour maps to one key, `closed-hours`, so the closes the scheduler sees in one loop
-  make one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`.
+  make one run): `rewrite_data_files` of the closed hours only, then `rewrite_manifests`. When no closed hour
+  holds files to compact (an empty hour closed, hours compacted before) the run ends there, from metadata only,
+  before Spark.
 * **laketide_maintain_daily**: `expire_snapshots` (every writer's newest marker is kept) and
   `remove_orphan_files` (files older than `orphan_age`, never less than a day), on the tables due for them by
   their metadata (nothing due, e.g. a fresh installation: the run stops before Spark).
@@ -138,7 +140,15 @@ with DAG(
     tags=_TAGS,
     default_args=_DEFAULT_ARGS,
 ) as after_close:
-    _submit("rewrite_data_files,rewrite_manifests")
+
+    @task.short_circuit
+    def due_after_close() -> dict[str, int] | None:
+        """Hourly tables with closed hours to compact (metadata only); none: the run ends here, no Spark."""
+        from laketide.maintain.health import due_after_close as due
+
+        return due(airflow_config()) or None
+
+    due_after_close() >> _submit("rewrite_data_files,rewrite_manifests")
 
 with DAG(
     dag_id="laketide_maintain_thresholds",

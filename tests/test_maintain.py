@@ -103,7 +103,12 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     closed = [start, start + timedelta(hours=1)]
     before = file_counts(catalog.load_table(EVENTS))
     assert all(before[h] >= 2 for h in closed), before
+    # the after-close run's check, from metadata: nothing closed yet, nothing to compact (the run stops before Spark)
+    from laketide.maintain.health import due_after_close
+
+    assert due_after_close(config) == {}
     close_hours(config, *closed)
+    assert due_after_close(config)[EVENTS] == 2
 
     # the daily run's check, from metadata: a young lake is due for nothing (a fresh quickstart starts no
     # maintenance beside its first batches); 9 hours later expiry is due, a day later orphan removal too
@@ -141,9 +146,10 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert {h: n for h, n in after.items() if h not in closed} == {h: n for h, n in before.items() if h not in closed}
     assert by[(EVENTS, "rewrite_manifests")].manifests_after < by[(EVENTS, "rewrite_manifests")].manifests_before
     assert assert_exactly_once(config_path) == lake
-    # a second run finds nothing to compact
+    # a second run finds nothing to compact, and the after-close check says so without Spark
     again = maintain(config, spark, EVENTS, "rewrite_data_files")
     assert [r.outcome for r in again] == ["skipped"]
+    assert EVENTS not in due_after_close(config)
 
     # expiry with a clock a week ahead: everything is past retention, yet each writer's newest marker stays
     stream = config.stream("clicks")
@@ -346,6 +352,7 @@ def test_maintenance_dags_and_bad_params_change_nothing(dagbag: Any) -> None:
     assert timetable.partitioned
     assert {mapper.to_downstream(k) for k in ("2026-11-22T03:00:00", "2012-03-05T18:00:00")} == {"closed-hours"}
     assert after_close.get_task("maintain").job_args[3] == "rewrite_data_files,rewrite_manifests"
+    assert after_close.get_task("maintain").upstream_task_ids == {"due_after_close"}
     daily = dagbag.dags["laketide_maintain_daily"]
     assert daily.get_task("maintain").upstream_task_ids == {"due_daily"}
 

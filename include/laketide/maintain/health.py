@@ -212,6 +212,36 @@ def due_by_threshold(config: LaketideConfig) -> dict[str, list[str]]:
     return due
 
 
+def due_after_close(config: LaketideConfig) -> dict[str, int]:
+    """Hourly tables holding closed hours to compact (``min_input_files`` data files or more, as
+    ``rewrite_data_files`` picks them), with how many such hours: metadata only, no Spark. Empty: the hours that
+    closed left nothing to compact (an empty hour, a quiet one, hours compacted before), and the after-close run
+    ends before Spark."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    from laketide.close.status import latest
+    from laketide.maintain.plan import closed_hours, hours_to_compact, targets
+
+    catalog = load_catalog(config.catalog)
+    due: dict[str, int] = {}
+    closed_by_stream: dict[str, list[datetime]] = {}
+    for target in targets(config):
+        policy = config.maintenance.policy(target.table)
+        if target.hour_column is None or target.stream is None or "rewrite_data_files" not in policy.actions:
+            continue
+        try:
+            table = catalog.load_table(target.table)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            continue
+        name = target.stream.name
+        if name not in closed_by_stream:
+            closed_by_stream[name] = closed_hours(latest(config, name))
+        hours = hours_to_compact(closed_by_stream[name], file_counts(table), policy.min_input_files)
+        if hours:
+            due[target.table] = len(hours)
+    return due
+
+
 #: the actions of the daily maintenance run
 DAILY_ACTIONS = ("expire_snapshots", "remove_orphan_files")
 
