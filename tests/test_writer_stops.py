@@ -52,6 +52,8 @@ def test_a_stop_file_found_at_the_start_is_honoured_once(spark: Any, tmp_path: P
     assert status.state == "stopped" and str(flag) in status.reason, status
     ingest(spark, path)  # the next start runs
     assert_exactly_once(path)
+    status = writer_status.read(engine_for(config.catalog))["clicks"]
+    assert status.state == "done" and status.figures["backlog"] == 0, status  # figured after its last commit
 
 
 @pytest.mark.slow

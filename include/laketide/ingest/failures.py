@@ -14,12 +14,13 @@ this process (:func:`clear`, :func:`record`). A record left behind means the app
 flight: the next start (no live writer holds the stream) folds it into the failed-batch record, counting a
 **death** (:func:`died`). The rule that names the culprit, never a healthy stream of the same JVM:
 
-* after a death, the streams that had a batch in flight replay it one at a time, each alone in the application
-  (``laketide.ingest.group``), before the others start: a healthy stream's batch commits and clears its record;
-* a stream whose same batch was in flight at :data:`HOLD_OUT_AFTER` (2) deaths in a row (so at least once alone)
-  is **held out** (:func:`held_out`): not started, its writer status ``held out`` with the files and what to do,
-  while the other streams go on. Moving one of the named files out of ``<landing>/data/`` or deleting the
-  failed-batch record lifts it (at the stream's next look, every status interval, or the next start).
+* after a death, the streams that had a batch in flight replay it one at a time, before the others start
+  (``laketide.ingest.group``): the first alone, each next one once the one before committed its batch. A healthy
+  stream's batch commits at its turn and clears its record, so it is never in flight at two deaths in a row;
+* a stream whose same batch was in flight at :data:`HOLD_OUT_AFTER` (2) deaths in a row (the second time replayed
+  at its turn) is **held out** (:func:`held_out`): not started, its writer status ``held out`` with the files and
+  what to do, while the other streams go on. Moving one of the named files out of ``<landing>/data/`` or deleting
+  the failed-batch record lifts it (at the stream's next look, every status interval, or the next start).
 
 A clean stop (SIGTERM, SIGINT) is not a death: the application forgets its in-flight records then.
 """
@@ -217,8 +218,9 @@ def hold_out_reason(stream: StreamConfig, entry: dict[str, Any]) -> str:
 
     files = [str(f) for f in entry.get("files") or []]
     return (f"held out: batch {entry.get('batch_id')} was in flight each of the last {entry.get('deaths')} times "
-            f"the writer application died (its Spark JVM went away: out of memory?), the last time alone; its "
-            f"landing files: {_shown(files) or '(unknown)'}. Move them out of {data_dir(stream.landing_path)}/ "
+            f"the writer application died (its Spark JVM went away: out of memory?), the last time replayed at its "
+            f"turn; its landing files: {_shown(files) or '(unknown)'}. Move them out of "
+            f"{data_dir(stream.landing_path)}/ "
             "(nothing of the batch is committed), re-publish them fixed under new names with their audit; the "
             f"stream starts again once a named file is gone from there, or once {record_path(stream)} is deleted "
             f"(then restart the writer). The other streams of group {stream.writer_group} go on.")

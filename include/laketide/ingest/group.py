@@ -33,7 +33,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import (
@@ -46,6 +46,7 @@ from laketide.errors import (
     WriterFencedError,
 )
 from laketide.ingest import failures, sink
+from laketide.ingest.group_health import STATUS_INTERVAL, Watch
 from laketide.ingest.late_files import LateFiles
 from laketide.lake import writer_status
 from laketide.notify import writer_alert
@@ -61,8 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("laketide.ingest.group")
 
 Mode = Literal["continuous", "incremental"]
-#: how often figures are computed and reported, and streams that stopped looked at again
-STATUS_INTERVAL = 30.0
 #: how long a failed stream waits before it is started again (doubling up to ``MAX_BACKOFF``, see :func:`retry_wait`)
 FIRST_BACKOFF = 60.0
 MAX_BACKOFF = 1800.0
@@ -130,7 +129,7 @@ class Writer:
     lost: bool = False
 
 
-class Application:
+class Application(Watch):
     """The writers of ``streams`` in one SparkSession (see the module docstring).
 
     :param summary: more snapshot summary properties for every commit (a redo names itself)
@@ -248,18 +247,6 @@ class Application:
         figures = w.figures.to_dict() if w.figures is not None else {}
         writer_status.report(self.engine, w.stream.name, self.group, w.state, w.reason,
                              {**figures, "application": self.name})
-
-    def _hold_out(self, w: Writer, entry: dict[str, Any]) -> None:
-        """The stream's batch killed the application (see ``laketide.ingest.failures``): it does not start; it is
-        looked at again every status interval (a named file moved away, the record deleted: it starts)."""
-        reason = failures.hold_out_reason(w.stream, entry)
-        w.state, w.reason, w.error = "held out", reason, StreamFailedError(f"stream {w.stream.name!r} {reason}")
-        w.retry_at = time.monotonic() + STATUS_INTERVAL
-        if w.reason not in w.alerted:
-            w.alerted.add(w.reason)
-            log.error("stream %s %s", w.stream.name, w.reason)
-            writer_alert(self.config, "writer held out", w.stream.name, w.reason, self.name)
-        self._report(w)
 
     def _wait(self, w: Writer, exc: Exception) -> None:
         w.state, w.reason, w.error = "waiting", str(exc), exc
@@ -399,44 +386,6 @@ class Application:
             logging.getLogger().addFilter(_no_lost_connection)
         self.stopping.append(signal.Signals(signum).name)
 
-    def _queue_turns(self) -> None:
-        """After the application died with batches in flight (``laketide.ingest.failures``): the streams whose
-        batch was in flight at a death, not committed since, replay it one at a time, each alone in the JVM; the
-        other streams start after them. A batch that kills the JVM again is then the only one in flight."""
-        starting = [w for w in self.writers if w.state == "starting"]
-        self.turns = [w for w in starting if w.stream.name not in self.given
-                      and 0 < (failures.read(w.stream) or {}).get("deaths", 0) < failures.HOLD_OUT_AFTER]
-        if not self.turns:
-            return
-        names = ", ".join(w.stream.name for w in self.turns)
-        for w in starting:
-            if w not in self.turns:
-                w.reason = (f"waits for its turn: the writer application died with batches in flight; stream(s) "
-                            f"{names} replay theirs alone first")
-                self._report(w)
-
-    def _take_turns(self) -> None:
-        """Start the streams whose turn it is: the next one of :attr:`turns` once the one replaying alone committed
-        its batch (or ended), then every stream still starting."""
-        while True:
-            if self.probe is not None:
-                entry = failures.read(self.probe.stream)
-                if self.probe.query is not None and entry is not None and entry.get("deaths", 0) > 0:
-                    return  # its replayed batch has not committed yet: it stays alone
-                self.probe = None
-            if self.turns:
-                self.probe = self.turns.pop(0)
-                entry = failures.read(self.probe.stream) or {}
-                log.warning("stream %s replays batch %s alone first: the writer application died with it in flight "
-                            "(%d time(s) in a row); the other streams start once it committed", self.probe.stream.name,
-                            entry.get("batch_id"), entry.get("deaths", 0))
-                self.start(self.probe)
-                continue
-            for w in self.writers:
-                if w.state == "starting":
-                    self.start(w)
-            return
-
     def stopped_on_signal(self, exc: BaseException | None) -> None:
         """The application ends on SIGTERM/SIGINT: a batch it had in flight is not a death of its JVM (forgotten);
         with ``exc`` (the JVM went away with the signal: a process group's stop reaches it too) the streams it
@@ -450,67 +399,6 @@ class Application:
                  "it at its next start", self.group, self.stopping[0],
                  f" (the Spark JVM ended with it: {type(exc).__name__})" if exc is not None else "")
 
-    def final_report(self) -> None:
-        """The figures once more as the application ends: the last commit's effect is in them (an incremental run
-        reports its backlog after its last batch, not before it)."""
-        try:
-            self._figures()
-        except Exception as exc:
-            log.warning("writer group %s: final figures not computed: %s", self.group, exc)
-
-    # ------------------------------------------------------------------ figures, metrics, alerts
-
-    def _figures(self) -> None:
-        from laketide.ingest.backlog import freshness
-        from laketide.lake.catalog import load_catalog
-
-        catalog = load_catalog(self.config.catalog)
-        for w in self.writers:
-            if w.query is not None:
-                w.late.rescue()
-            try:
-                w.figures = freshness(catalog, w.stream)
-            except Exception as exc:
-                log.warning("stream %s: freshness not computed: %s", w.stream.name, exc)
-                continue
-            self._report(w)
-            self._check_thresholds(w)
-        if self.metrics is not None:
-            self.metrics.update(self.writers)
-
-    def _check_thresholds(self, w: Writer) -> None:
-        stream, figures = w.stream, w.figures
-        if figures is None:
-            return
-        checks = []
-        if stream.alert_latency is not None and figures.p95 is not None:
-            limit = stream.alert_latency.total_seconds()
-            checks.append(("latency", figures.p95 > limit,
-                           f"landed -> committed p95 {figures.p95:.1f}s over the last hour is above alert_latency "
-                           f"({limit:.0f}s)"))
-        if stream.alert_backlog_files is not None:
-            checks.append(("backlog", figures.backlog > stream.alert_backlog_files,
-                           f"{figures.backlog} landed file(s) wait for the writer, more than alert_backlog_files "
-                           f"({stream.alert_backlog_files})"))
-        for kind, over, message in checks:
-            if over and kind not in w.alerted:
-                w.alerted.add(kind)  # once per crossing, not every interval
-                writer_alert(self.config, f"writer {kind}", stream.name, message, self.name)
-            elif not over:
-                w.alerted.discard(kind)
-
-    def _serve_metrics(self) -> None:
-        port = self.config.group_settings(self.group).metrics_port
-        if port:
-            from laketide.ingest.metrics import MetricsServer
-
-            try:
-                self.metrics = MetricsServer(port, self.group)
-            except OSError as exc:  # the figures are a view: a port in use never stops the writers
-                log.warning("writer group %s: no metrics endpoint on port %d (%s)", self.group, port, exc)
-                return
-            log.info("writer group %s: Prometheus metrics on http://0.0.0.0:%d/metrics", self.group, port)
-            self.metrics.update(self.writers)
 
 
 def run_group(config: LaketideConfig, streams: list[StreamConfig], mode: Mode, spark: SparkSession | None = None,
