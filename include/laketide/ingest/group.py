@@ -189,6 +189,7 @@ class Application(Watch):
         from laketide.ingest.tables import ensure_tables
 
         stream = w.stream
+        w.started_from = _last_commit(stream)  # a failure before a later commit is not a recovery: the wait doubles
         if stream.name not in self.given:
             entry = failures.held_out(stream)
             if entry is not None:
@@ -217,7 +218,6 @@ class Application(Watch):
             preflight(self.config, stream)
             if stream.name in self.given:  # the caller holds the lease: a stop file asked the writer before it
                 stop_file(stream).unlink(missing_ok=True)
-            w.started_from = _last_commit(stream)
             w.late.rescue()  # before the stream's first listing: an incremental run takes them too
             context = self.spark.sparkContext
             context.setLocalProperty("spark.scheduler.pool", stream.name)
