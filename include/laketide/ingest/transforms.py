@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -297,13 +297,30 @@ class Validator:
             self._staged = (key, columns)
         return self._staged[1]
 
+    def with_marks(self, lines: DataFrame, files: Iterable[str] | None = None) -> DataFrame:
+        """``lines`` with the byte order mark that Spark's text source dropped put back in front of the first line
+        of each landing file that starts with one, so that the line is rejected as the contract says (see
+        ``laketide.ingest.bom``). ``files``: the names of the batch's files when the caller has them (else they
+        are read from the batch's plan). Lines not read from files (a DataFrame built by hand) are left as they
+        are."""
+        from laketide.ingest.bom import marked_files, restore_marks
+        from laketide.ingest.landing import data_dir
+        from laketide.lake.internals import batch_files
+
+        if files is None:
+            try:
+                files = batch_files(lines)
+            except RuntimeError:  # no file scan in the plan: no file whose first bytes could be a mark
+                return lines
+        return restore_marks(lines, marked_files(data_dir(self.stream.landing_path), files))
+
     def read(self, lines: DataFrame) -> DataFrame:
         """Each line that is not blank, parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p`` (the
         record, see ``Parsed``; null for a line over ``max_line_bytes``, which is kept: it is no blank line).
 
         Nothing in it depends on when the batch runs: a replayed batch splits valid and rejected lines
         exactly as its first attempt did."""
-        return lines.select(*self._read).where(self._parsed.present())
+        return self.with_marks(lines).select(*self._read).where(self._parsed.present())
 
     @functools.cached_property
     def _checked(self) -> list[Column]:
@@ -344,7 +361,8 @@ class Validator:
             parts[3].alias("_error"), (parts[1].cast("bigint") > stream.max_line_bytes).alias("_truncated"),
         )
 
-    def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = ()) -> DataFrame:
+    def staged_rows(self, lines: DataFrame, batch_id: int, extra: Sequence[Column] = (),
+                    files: Iterable[str] | None = None) -> DataFrame:
         """Rows of the events table's pre-commit write, one per line (blank ones too): the stream's fields
         plus the lineage columns (and ``_extra`` when the table has it). A rejected line keeps a null event
         time, so its row falls in the null hour partition: the writer counts the rejects in those files (the rows
@@ -354,7 +372,9 @@ class Validator:
 
         One plan step (each costs Spark an analysis of the plan, per micro-batch), no filter and, for a
         valid line, no JSON function besides the parse: the split costs one compiled test per line.
-        ``extra`` columns of ``lines`` are passed through (the public commit path's lineage columns)."""
+        ``extra`` columns of ``lines`` are passed through (the public commit path's lineage columns); ``files``: the
+        names of the batch's landing files, when the caller has them (:meth:`with_marks`)."""
+        lines = self.with_marks(lines, files)
         return lines.select(*self._staged_columns(lines), batch_parameter(batch_id).alias("_batch_id"), *extra)
 
 
