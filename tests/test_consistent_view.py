@@ -26,6 +26,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
 from laketide.close import reconcile as reconcile_module
+from laketide.close.partitions import State, check_partition
 from laketide.close.reconcile import main as reconcile_main
 from laketide.close.reconcile import reconcile
 from laketide.close.verify import verify_partition
@@ -34,6 +35,7 @@ from laketide.dev import faults as dev_faults
 from laketide.ingest import failures, faultpoints
 from laketide.ingest.inspection import Reason, inspect
 from laketide.ingest.landing import publish
+from laketide.ingest.late_files import LateFiles, too_old_files
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, file_stat
 from laketide.lake.hours import partition_key
@@ -302,7 +304,10 @@ def test_reconcile_in_a_loop_beside_a_live_writer_raises_no_false_alarm(
     runs, pending, alarms, config_path = reconcile_beside_live_writer(tmp_path, 60)
     assert alarms == [], alarms
     assert runs >= 30 and pending >= 5, (runs, pending)  # the writer had files to take while it was read
-    assert writer_log(config_path).count("committed as snapshot") >= 20
+    batches = writer_log(config_path).count("committed as snapshot")
+    assert batches >= 5, batches  # ~1 a second on an idle machine, 10 on a busy one
+    print(f"reconcile beside a live writer: {runs} runs, {pending} with files not ingested yet, {batches} batches, "
+          "0 false alarms")
     config = load(config_path)
     stream = config.stream("clicks")
     final = reconcile(config, stream)
@@ -330,6 +335,11 @@ def test_reconcile_in_a_loop_beside_a_live_writer_raises_no_false_alarm(
     verified = verify_partition(config, stream, H0)
     assert not verified.success and any(old.name in f and "source_log_retention" in f
                                         for f in verified.failures), verified.failures
+    # the writer's look (as at its next trigger or start) names it and keeps it: the status does not call its hour
+    # empty, the file is not committed
+    assert LateFiles(stream).rescue() == [] and old.name in too_old_files(stream)
+    status, _ = check_partition(config, stream, H0)
+    assert status.state == State.LAGGING and old.name in status.reason, status
     old.unlink()
 
     # a failed batch, as the writer records it: named with its error, not "normal while it runs"

@@ -7,9 +7,12 @@ The expected count of a partition is ``inspection.Inspection.expected`` (the clo
 same), and every landing file that is neither ingested nor pending is reported by name with its reason
 (``inspection.inspect``, against the source positions in the events table's snapshot summaries).
 
+Both tables are read at pinned snapshots and the landing zone after them (``close.view``): one consistent view, so a
+file landed or committed meanwhile is pending, never a mismatch.
+
 Run ``./laketide reconcile [--stream NAME]`` (or ``python -m laketide.close.reconcile``) for a per-partition report;
-it exits 1 only for a problem (a mismatch that no pending file explains, duplicate ids, a blocking reported file),
-0 when every hour adds up or only waits for files the writer has not taken yet.
+it exits 1 only for a problem (a mismatch that no pending file explains, duplicate ids, a blocking reported file, a
+failed batch of the writer), 0 when every hour adds up or only waits for files the writer has not taken yet.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ Besides, every landing file of the partition that is neither ingested nor pendin
 its reason (``inspection.inspect``: hidden name, empty, no audit, audit count differs, not one hour, changed or
 deleted after ingest); a blocking one fails the verification with the file named in the message.
 
+Both tables are read at pinned snapshots, the rejects table's holding the same batches as the events table's, and
+the landing zone is listed after them (``close.view``): a batch between its two commits, or a file committed while
+the hour is read, is pending, never a false count.
+
 The full validation result is kept as JSON under ``close.results_dir/<stream>/``; :class:`Verification`
 carries the counts, one line per failed expectation or reported file and where the result was saved.
 """
