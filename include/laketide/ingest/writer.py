@@ -260,7 +260,8 @@ class BatchWriter(PublicPath):
         long = long_lines.find(stream, files.stats)  # reads nothing unless a file is above max_line_bytes
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        rows = self.validator.staged_rows(long_lines.without_long(batch, stream) if long else batch, batch_id)
+        rows = self.validator.staged_rows(long_lines.without_long(batch, stream) if long else batch, batch_id,
+                                          files=files)
         dropped: dict[str, int] = {}
         marked = None
         if stream.dedupe_on_write:
