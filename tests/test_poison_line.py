@@ -150,7 +150,8 @@ def long_line(i: int, size: int) -> str:
 def test_long_lines_across_splits(spark: Any, tmp_path: Path, commit_path: str) -> None:
     """Lines just above, and far above, max_line_bytes in files Spark splits (a small maxPartitionBytes): the
     reader skips the long ones and leaves fragments where they cross a split; each long line is one reject, the
-    lines at the limit are valid, a file of long lines only is counted too."""
+    lines at the limit are valid, a file of long lines only is counted too. The internal path also gets a file
+    of which the reader gives no row at all (the public path knows a batch's files from its rows only)."""
     limit = 400
     config_path = write_config(tmp_path, catalog_name=unique_catalog(f"long_{commit_path}"), max_line_bytes=limit,
                                commit_path=commit_path, max_files_per_trigger=10)
@@ -166,6 +167,8 @@ def test_long_lines_across_splits(spark: Any, tmp_path: Path, commit_path: str) 
     files = [landing.publish(path, mixed, PARTITION, "long", 0, "clicks"),
              landing.publish(path, [long_line(9, 7000), long_line(10, 5000)], PARTITION, "long", 1, "clicks"),
              landing.publish(path, [event(100 + i) for i in range(30)], PARTITION, "long", 2, "clicks")]
+    if commit_path == "internal":  # a file of one long line in one split: the reader gives the batch no row of it
+        files.append(landing.publish(path, [long_line(11, 1500)], PARTITION, "long", 3, "clicks"))
     spark.conf.set("spark.sql.files.maxPartitionBytes", "2048")
     try:
         ingest(spark, config_path)
@@ -175,6 +178,7 @@ def test_long_lines_across_splits(spark: Any, tmp_path: Path, commit_path: str) 
     got = sorted((r["source_file"], r["reason"]) for r in rejects)
     reason = "line of {} bytes exceeds max_line_bytes (400)"
     assert got == sorted([*[(files[0].name, reason.format(n)) for n in sizes],
-                          (files[1].name, reason.format(7000)), (files[1].name, reason.format(5000))])
+                          (files[1].name, reason.format(7000)), (files[1].name, reason.format(5000)),
+                          *[(f.name, reason.format(1500)) for f in files[3:]]])
     assert all(r["raw"].endswith(" bytes in the source file]") for r in rejects)
     assert assert_exactly_once(config_path) == {PARTITION: 71}
