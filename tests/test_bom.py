@@ -14,10 +14,9 @@ import pytest
 
 from laketide.close.reconcile import reconcile
 from laketide.ingest import landing
+from laketide.ingest.bom import marked_files
 from laketide.lake.catalog import load_catalog
 from tests.helpers import ingest, load, unique_catalog, write_config
-
-pytestmark = pytest.mark.slow
 
 PARTITION = "2026-11-22T03:00:00+00:00"
 BOM = b"\xef\xbb\xbf"
@@ -29,6 +28,7 @@ def event(event_id: str, minute: int) -> bytes:
                        "page": "/home"}).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("commit_path", ["internal", "public"])
 def test_a_line_starting_with_a_bom_is_rejected_also_the_first_line_of_a_file(spark: Any, tmp_path: Path,
                                                                                commit_path: str) -> None:
@@ -60,3 +60,14 @@ def test_a_line_starting_with_a_bom_is_rejected_also_the_first_line_of_a_file(sp
     ]), got
     (counts,) = [p for p in reconcile(config, stream).partitions if p.partition == PARTITION]
     assert (counts.audit, counts.lake, counts.rejects) == (7, 4, 3), counts
+
+
+def test_the_files_that_start_with_a_mark(tmp_path: Path) -> None:
+    """Three bytes read per file; a file whose first line is over the limit is left to the long-line rejects."""
+    files = {"short": BOM + b"x" * 10 + b"\n", "long": BOM + b"x" * 11 + b"\n", "last": BOM + b"x" * 10,
+             "crlf": BOM + b"x" * 5 + b"\r\n" + b"y" * 100, "alone": BOM, "blank": BOM + b"\nzz", "none": b"xyz",
+             "half": BOM[:2]}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert marked_files(tmp_path, [*files, "gone"], limit=10) == ["alone", "blank", "crlf", "last", "short"]
+    assert marked_files(tmp_path, files) == ["alone", "blank", "crlf", "last", "long", "short"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -27,19 +27,37 @@ BOM = b"\xef\xbb\xbf"
 _POSITION = "_bom_position"
 
 
-def marked_files(folder: Path, names: Iterable[str]) -> list[str]:
+def marked_files(folder: Path, names: Iterable[str], limit: int | None = None) -> list[str]:
     """The files among ``names`` (in ``folder``) whose first bytes are a byte order mark, sorted. A file gone
-    since it was listed is left out (the batch fails on it anyway)."""
+    since it was listed is left out (the batch fails on it anyway), and so is, with ``limit``, a file whose first
+    line is longer than ``limit`` bytes: that line is rejected as too long, without the writer reading it (see
+    ``laketide.ingest.long_lines``), and may not be among the batch's lines."""
     marked = []
     for name in names:
         try:
             with (folder / name).open("rb") as f:
-                head = f.read(len(BOM))
+                if f.read(len(BOM)) != BOM:
+                    continue
+                if limit is not None and _longer_than(f, limit):
+                    continue
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if head == BOM:
-            marked.append(name)
+        marked.append(name)
     return sorted(marked)
+
+
+def _longer_than(f: BinaryIO, limit: int, chunk: int = 1024 * 1024) -> bool:
+    """The line read from ``f`` on (up to ``\n`` or ``\r``, or the end) is longer than ``limit`` bytes."""
+    length = 0
+    while length <= limit:
+        data = f.read(min(chunk, limit + 1 - length))
+        if not data:
+            return False
+        ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+        if ends:
+            return length + min(ends) > limit
+        length += len(data)
+    return True
 
 
 def restore_marks(lines: DataFrame, marked: Iterable[str]) -> DataFrame:

@@ -315,7 +315,8 @@ class Validator:
                     return lines
                 # the public commit path does not rely on Spark's plans: the names from the lines (one small job)
                 files = [str(r[0]) for r in lines.select("_source_file").distinct().collect() if r[0] is not None]
-        return restore_marks(lines, marked_files(data_dir(self.stream.landing_path), files))
+        stream = self.stream
+        return restore_marks(lines, marked_files(data_dir(stream.landing_path), files, stream.max_line_bytes))
 
     def read(self, lines: DataFrame) -> DataFrame:
         """Each line that is not blank, parsed: ``_raw``, ``_source_file``, ``_landed_at`` and ``_p`` (the
