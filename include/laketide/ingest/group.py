@@ -8,16 +8,22 @@ alone:
 * a stream whose start is refused for good (its checkpoint and table disagree, a setting the writer cannot run)
   or whose query fails (a broken input, a batch that keeps failing) stops, is reported (an ERROR in the log, its
   writer status ``failed``, the alert notifier) and the others go on; a failed query is started again after a
-  back-off (1 minute, doubling up to 30), a refusal only by the next start of the application;
+  back-off (1 minute, doubling up to 30, 1 minute again once it committed a batch since its start), a refusal only
+  by the next start of the application;
+* a stream whose batch killed the application (the shared JVM out of memory) twice in a row is held out, the others
+  go on (``laketide.ingest.failures``, ``laketide.ingest.group_health``); after a death the batches that were in
+  flight are replayed in turn, before the other streams start;
 * a stream whose lease another live writer holds (a redo holding it, a one-off run) or that lost its lease waits,
-  and is started again once the lease is free; its stop file stops it between batches (a redo asks this way);
+  and is started again once the lease is free; its stop file stops it between batches (a redo asks this way), and
+  one found at its start keeps it from starting; either way the file is used up;
 * adding a stream to the group or removing it takes effect at the application's next start; the other streams'
   checkpoints are untouched (a stream's checkpoint is its own folder).
 
 A group of one stream behaves as a single writer always did: when its stream cannot run, the application ends
 with that stream's error (``spark_jobs/ingest_stream.py`` turns it into the exit code). A group's application
 ends when no stream runs or waits any more (an incremental run: every stream has ingested what had landed), or
-on SIGTERM/SIGINT (every stream stops between batches); it then raises the first failure, if any.
+on SIGTERM/SIGINT (every stream stops between batches; a stop of the whole process group ends the JVM too, and the
+errors of its going are a stop, not a failure); it then raises the first failure, if any.
 
 Every status interval each stream's figures (``laketide.ingest.backlog.freshness``: landed -> committed latency,
 lag, backlog) go to its writer status (``laketide.lake.writer_status``), to the group's Prometheus endpoint
