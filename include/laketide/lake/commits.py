@@ -20,8 +20,10 @@ Every commit laketide's writer makes carries its markers in the Iceberg snapshot
 
 Two phases: the data files are written first (pre-commit); the atomic catalog swap is the commit. A batch
 is replayed after a crash; before writing, the writer looks up the last batch id this writer committed to
-each table and skips a table whose batch is already there. Files of an attempt that never committed are
-orphans for the cleaner.
+each table and skips a table whose batch is already there, once it has checked that it is the same batch (the
+newest, with the files that commit recorded: :func:`check_replay`). Files of an attempt that never committed are
+orphans for the cleaner. Before a writer starts, :func:`check_checkpoint` compares Spark's checkpoint with the
+table's newest batch.
 """
 
 from __future__ import annotations
