@@ -150,8 +150,8 @@ def long_line(i: int, size: int) -> str:
 def test_long_lines_across_splits(spark: Any, tmp_path: Path, commit_path: str) -> None:
     """Lines just above, and far above, max_line_bytes in files Spark splits (a small maxPartitionBytes): the
     reader skips the long ones and leaves fragments where they cross a split; each long line is one reject, the
-    lines at the limit are valid, a file of long lines only is counted too. The internal path also gets a file
-    of which the reader gives no row at all (the public path knows a batch's files from its rows only)."""
+    lines at the limit are valid, a file of long lines only is counted too, and one of which the reader gives the
+    batch no row at all."""
     limit = 400
     config_path = write_config(tmp_path, catalog_name=unique_catalog(f"long_{commit_path}"), max_line_bytes=limit,
                                commit_path=commit_path, max_files_per_trigger=10)
@@ -167,8 +167,8 @@ def test_long_lines_across_splits(spark: Any, tmp_path: Path, commit_path: str) 
     files = [landing.publish(path, mixed, PARTITION, "long", 0, "clicks"),
              landing.publish(path, [long_line(9, 7000), long_line(10, 5000)], PARTITION, "long", 1, "clicks"),
              landing.publish(path, [event(100 + i) for i in range(30)], PARTITION, "long", 2, "clicks")]
-    if commit_path == "internal":  # a file of one long line in one split: the reader gives the batch no row of it
-        files.append(landing.publish(path, [long_line(11, 1500)], PARTITION, "long", 3, "clicks"))
+    # a file of one long line in one split: the reader gives the batch no row of it, the plan names it
+    files.append(landing.publish(path, [long_line(11, 1500)], PARTITION, "long", 3, "clicks"))
     spark.conf.set("spark.sql.files.maxPartitionBytes", "2048")
     try:
         ingest(spark, config_path)

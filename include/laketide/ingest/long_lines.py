@@ -10,9 +10,10 @@ larger than ``max_line_bytes`` (no other file can hold such a line), the driver 
 limit (fragments, and lines a little above the limit that the reader kept) are dropped (:func:`without_long`) and
 each line found becomes one reject (:func:`rejects`), as an over-long line's reject always was: its start, a
 marker with its length, the reason naming both lengths, its landing file. A batch without such a file costs
-nothing more: its files' sizes are already known (the internal commit path lists them from the batch's plan; the
-public one from its rows, so there a file that gives the batch no row at all, every line of it above the limit
-and none crossing a split, is not seen: it is in no commit, and reconcile lists it as landed, not ingested).
+nothing more: its files' sizes are already known, from the batch's plan (the public commit path, on a Spark whose
+plans it cannot read, knows them from the batch's rows only: there a file that gives the batch no row at all,
+every line of it above the limit and none crossing a split, is not seen; it is in no commit, and reconcile
+lists it as landed, not ingested).
 
 The scan splits lines as Hadoop's reader does (``\\n``, ``\\r\\n`` and a lone ``\\r`` end a line; a last line needs no
 terminator) and measures them as the batch's rows are (the reader drops a byte order mark at the start of a file:

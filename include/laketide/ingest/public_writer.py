@@ -30,7 +30,7 @@ from laketide.ingest.summary import (
 from laketide.ingest.transforms import Validator
 from laketide.lake import commits
 from laketide.lake.hours import from_epoch_hours
-from laketide.lake.internals import SqlitePool
+from laketide.lake.internals import SqlitePool, batch_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +42,17 @@ def current_snapshot_id(table: Any) -> int | None:
     """The current snapshot id of the Java Iceberg ``table`` (as last refreshed), None when it has none."""
     head = table.currentSnapshot()
     return None if head is None else int(head.snapshotId())
+
+
+def plan_files(batch: DataFrame) -> commits.SourceFiles | None:
+    """The batch's landing files from its plan (``internals.batch_files``: a non-public API) when this Spark's plans
+    can be read, else None. The public path relies on no Spark plan, and uses one when there is: a file of which
+    the reader gives the batch no row (every line of it above ``max_line_bytes``, see ``long_lines``) is named
+    only there."""
+    try:
+        return batch_files(batch)
+    except Exception:
+        return None
 
 
 class PublicPath:
@@ -85,9 +96,12 @@ class PublicPath:
         events_marker = public_sink.table_marker(events_table, stream.writer_id)
         if not commits.should_write(batch_id, events_marker):
             assert events_marker is not None
-            # a replay of the batch the table holds, with its files (this path records each file with a line, as
-            # the batch's _source_file names them): anything else is a renumbered checkpoint
-            files = [str(r[0]) for r in batch.select("_source_file").distinct().collect()]
+            # a replay of the batch the table holds, with its files (this path records the files of the batch's plan
+            # when it can be read, else each file with a line, as the batch's _source_file names them): anything
+            # else is a renumbered checkpoint
+            plan = plan_files(batch)
+            files = list(plan) if plan is not None else \
+                [str(r[0]) for r in batch.select("_source_file").distinct().collect()]
             commits.check_replay(stream.name, stream.table, batch_id, events_marker, files,
                                  current_snapshot_id(events_table))
             log.info("batch %d already committed to %s by %s: skipped", batch_id, stream.table, stream.writer_id)
@@ -97,7 +111,8 @@ class PublicPath:
         time_field = stream.event_time_field
         lineage = [batch["_source_file"].alias("_file"), batch[SOURCE_SIZE].alias("_size"),
                    F.unix_millis(batch[LANDED_AT]).alias("_mtime")]
-        cached = self.validator.staged_rows(batch, batch_id, lineage).persist(StorageLevel.MEMORY_AND_DISK)
+        plan = plan_files(batch)
+        cached = self.validator.staged_rows(batch, batch_id, lineage, files=plan).persist(StorageLevel.MEMORY_AND_DISK)
         rows = cached
         try:
             micros = F.unix_micros(F.col(time_field))
@@ -114,6 +129,9 @@ class PublicPath:
             groups = listed = aggregate(rows)
             stats: dict[str, tuple[int, int]] = {
                 str(g["_file"]): (int(g["_size"]), int(g["_mtime"])) for g in listed if g["_file"] is not None}
+            for name, stat in (plan.stats.items() if plan is not None else ()):
+                if name not in stats and stat.size > stream.max_line_bytes:  # no row: every line above the limit
+                    stats[name] = (stat.size, stat.mtime_ms)
             # the lines above max_line_bytes the reader skipped, in files above it (nothing read for other batches)
             files = commits.SourceFiles(stats)
             long = long_lines.find(stream, files.stats)
