@@ -63,6 +63,14 @@ def test_the_fast_path_skips_short_lines_inside_a_chunk(tmp_path: Path, monkeypa
     assert lines == expected_long
 
 
+def test_a_file_that_grew_is_read_as_far_as_the_reader_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"a" * 11 + b"\n" + b"b" * 12 + b"\n" + b"c" * 13 + b"\n")
+    # listed at 12 bytes: the line starting there is read too (through its break), the next one is not
+    assert [(line.offset, line.length) for line in scan(path, LIMIT, listed=12)] == [(0, 11), (12, 12)]
+    assert [(line.offset, line.length) for line in scan(path, LIMIT, listed=11)] == [(0, 11)]
+
+
 def test_find_reads_only_files_above_the_limit(tmp_path: Path) -> None:
     from laketide.ingest.landing import data_dir
     from laketide.lake.commits import FileStat

@@ -64,9 +64,11 @@ def reader_options(stream: StreamConfig) -> dict[str, str]:
     return {MAX_LENGTH_OPTION: str(min(stream.max_line_bytes + READER_SLACK, 2**31 - 1))}
 
 
-def scan(path: Path, limit: int, name: str | None = None) -> list[LongLine]:
+def scan(path: Path, limit: int, name: str | None = None, listed: int | None = None) -> list[LongLine]:
     """The lines of the file at ``path`` longer than ``limit`` bytes, read in chunks of :data:`CHUNK_BYTES`: the
-    memory it takes does not grow with the lines. ``name``: the file's name in the results (default its own)."""
+    memory it takes does not grow with the lines. ``name``: the file's name in the results (default its own);
+    ``listed``: the file's size when Spark listed it (of a file that grew since, the reader reads the lines that
+    start at or before it, through their line break: so does the scan)."""
     found: list[LongLine] = []
     name = name or path.name
     start = length = 0  # the current line's offset and length so far
@@ -80,7 +82,7 @@ def scan(path: Path, limit: int, name: str | None = None) -> list[LongLine]:
         # the batch's rows are, see without_long), and reported with it (the line's bytes in the file)
         size = length - len(BOM) if first and prefix.startswith(BOM) else length
         first = False
-        if size > limit:
+        if size > limit and (listed is None or start <= listed):
             found.append(LongLine(name, start, length, bytes(prefix)))
         prefix = bytearray()
 
@@ -112,6 +114,8 @@ def scan(path: Path, limit: int, name: str | None = None) -> list[LongLine]:
                 after_cr = chunk[stop] == 0x0D
                 pos = stop + 1
                 start, length = offset + pos, 0
+                if listed is not None and start > listed:
+                    return found
             offset += len(chunk)
     if length:
         end()
@@ -126,7 +130,7 @@ def find(stream: StreamConfig, stats: Mapping[str, FileStat]) -> list[LongLine]:
     if not big:
         return []
     folder = data_dir(stream.landing_path)
-    return [line for name in big for line in scan(folder / name, limit)]
+    return [line for name in big for line in scan(folder / name, limit, listed=stats[name].size)]
 
 
 def without_long(lines: DataFrame, stream: StreamConfig) -> DataFrame:
