@@ -2,7 +2,8 @@
 group go on (``laketide.ingest.failures``, ``laketide.ingest.group``): a real two-stream group in real writer
 processes; stream b's batch "kills the JVM" (the process group is SIGKILLed while that batch is in flight, at its
 ``batch_start`` fault point) twice in a row; the third start holds b out (writer status, Prometheus metrics, the
-failed-batch record: its files and what to do) and stream a keeps committing new files."""
+failed-batch record: its files and what to do) and stream a keeps committing new files; once the named files are
+moved out of b's ``data/`` folder, as the status says, b's next start replays its batch without them."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import yaml
 from laketide.ingest import failures
 from laketide.ingest.landing import data_dir
 from laketide.lake import writer_status
+from laketide.lake.commits import read_checkpoint
 from laketide.lake.lease import engine_for
-from tests.helpers import kill_group, load, start_writer, unique_catalog, wait_for, write_group_config
+from tests.helpers import ingest, kill_group, load, start_writer, unique_catalog, wait_for, write_group_config
 from tests.test_group import committed, land, wait_text
 from tests.test_writer import assert_exactly_once
 
@@ -34,7 +36,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_a_stream_whose_batch_kills_the_application_is_held_out(jars: Path, tmp_path: Path) -> None:
+def test_a_stream_whose_batch_kills_the_application_is_held_out(spark: Any, tmp_path: Path) -> None:
     path = write_group_config(tmp_path, ["a", "b"], "g", catalog_name=unique_catalog("held"), trigger_interval="1s",
                               max_files_per_trigger=2, writer_lease="5s")
     port = free_port()
@@ -90,9 +92,17 @@ def test_a_stream_whose_batch_kills_the_application_is_held_out(jars: Path, tmp_
     text = log.read_text(errors="replace")
     assert code == 1, text[-4000:]  # the application ends saying that a stream did not ingest
     assert_exactly_once(path, "a")
-    assert committed(path, "b") == -1  # nothing of b's batch was committed: it waits for the operator
+    assert read_checkpoint(b.checkpoint_path).last_commit is None  # nothing of b's batch: it waits for the operator
     writer = _panel(config)
     assert writer.reported is not None and writer.reported.state == "held out"
+    # what the operator is told to do: move the named files out of data/; the next start replays the batch
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for name in files:
+        (data_dir(b.landing_path) / name).rename(aside / name)
+    ingest(spark, path, group="g")
+    assert read_checkpoint(b.checkpoint_path).last_commit == 0 and failures.read(b) is None  # the batch, without them
+    assert writer_status.read(engine_for(config.catalog))["b"].state == "done"
 
 
 def _panel(config: Any) -> Any:
