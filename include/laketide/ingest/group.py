@@ -390,6 +390,8 @@ class Application(Watch):
         py4j's tracebacks of the connection it loses then (logged at INFO on the root logger) are no news."""
         if not self.stopping:
             logging.getLogger().addFilter(_no_lost_connection)
+            for w in self.writers:  # a stop was asked: a batch the JVM's end cuts short is no death of it (now: a
+                failures.forget(w.stream)  # driver under spark-submit may not outlive the JVM by much)
         self.stopping.append(signal.Signals(signum).name)
 
     def stopped_on_signal(self, exc: BaseException | None) -> None:

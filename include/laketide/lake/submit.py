@@ -5,6 +5,10 @@
 builds the ``spark-submit`` command (``laketide.lake.spark.submit_command``: master, catalog, jars, quiet
 logging, the ``laketide`` package) from the configuration in force (``$LAKETIDE_CONFIG`` or
 ``conf/laketide.yaml``) and runs it; the exit code is the job's. ``--print`` shows the command instead.
+
+A writer (``ingest_stream.py``) asked to stop by SIGTERM or SIGINT (to this process, which passes it on, or to the
+whole process group: ``kill -- -<pgid>``, Ctrl-C, ``systemctl stop``) ends with exit 0 when spark-submit ends on
+that signal: the JVM that spark-submit runs exits 143 on SIGTERM whatever its Python driver made of the stop.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +43,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = {**os.environ, "TZ": "UTC"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # this venv's spark-submit
-    return subprocess.run(command, env=env).returncode
+    received: list[int] = []
+    proc = subprocess.Popen(command, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if proc.poll() is None:  # a signal to this process alone reaches the job too
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    stopped = {0} | {128 + s for s in received} | {-s for s in received}
+    if received and Path(args.job).name == "ingest_stream.py" and code in stopped:
+        print(f"laketide-submit: the writer stopped on {signal.Signals(received[0]).name}", file=sys.stderr)
+        return 0
+    return code
 
 
 if __name__ == "__main__":
