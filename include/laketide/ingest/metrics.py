@@ -8,8 +8,8 @@ collector's Prometheus receiver scrape; stdlib only (a threaded ``http.server`` 
 ``laketide_writer_state{stream,group,state}``  1 for the stream's state (running, waiting, failed, held out,
                                                stopped, done); ``held out``: its batch killed the application,
                                                the writer status names the files and what to do
-``laketide_writer_held_out{stream,group,batch}``  1 while the stream is held out (``batch``: the batch that killed
-                                               the application)
+``laketide_writer_held_out``                   1 while the stream is held out, else 0 (``batch``: the batch that
+  ``{stream,group,batch}``                       killed the application)
 ``laketide_landed_to_committed_seconds``       landed -> committed latency over the last hour,
   ``{stream,group,quantile="0.5"|"0.95"|"1"}``   by quantile (1: the maximum)
 ``laketide_writer_lag_seconds{stream,group}``  now - the stream's watermark
