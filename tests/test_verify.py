@@ -240,6 +240,8 @@ def test_files_the_writer_has_not_ingested_are_pending(lake: Lake) -> None:
     assert "3 landed file(s) of the partition not ingested yet" in message
     assert json.loads(result.summary_json())["pending_files"] == 3
     assert len(saved(result)["meta"]["laketide"]["pending_files"]) == 3
+    assert f"not ingested yet: {', '.join(saved(result)['meta']['laketide']['pending_files'])} (the writer is " \
+        "behind)" in message  # named
     # the other partitions are untouched by the new files
     first = min(lake.counts)
     assert verify_partition(lake.config, lake.stream, first).success

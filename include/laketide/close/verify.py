@@ -87,6 +87,8 @@ class Verification:
     findings: list[str] = field(default_factory=list)
     #: rows removed or dropped as duplicate event ids (repair, ``dedupe_on_write``), still counted by the audit
     duplicates: int = 0
+    #: the names of the pending files (the first few of them are in the message)
+    pending_names: list[str] = field(default_factory=list)
 
     @property
     def missing(self) -> int:
@@ -105,7 +107,10 @@ class Verification:
             return f"{head} verified: {self._balance()} at {at}{notes}"
         parts = [f"{head} FAILED verification: {self._balance()} at {at}", *self.failures]
         if self.pending_files:
-            parts.append(f"{self.pending_files} landed file(s) of the partition not ingested yet "
+            names = ", ".join(self.pending_names[:EXAMPLES]) + (
+                f" and {len(self.pending_names) - EXAMPLES} more" if len(self.pending_names) > EXAMPLES else "")
+            parts.append(f"{self.pending_files} landed file(s) of the partition not ingested yet{': ' if names else ''}"
+                         f"{names} "
                          "(the writer is behind)")
         parts.append(f"full result: {self.results_path}")
         return "; ".join(parts)
@@ -373,5 +378,5 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
         stream=stream.name, partition=start, success=bool(result.success) and not any(f.blocking for f in findings),
         audit=audit, lake=found.rows, rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id,
         failures=failures, results_path=save_result(config, stream, start, payload),
-        findings=[f.line() for f in findings], duplicates=duplicates,
+        findings=[f.line() for f in findings], duplicates=duplicates, pending_names=sorted(pending),
     )
