@@ -303,7 +303,9 @@ def test_reconcile_in_a_loop_beside_a_live_writer_raises_no_false_alarm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     runs, pending, alarms, config_path = reconcile_beside_live_writer(tmp_path, 60)
     assert alarms == [], alarms
-    assert runs >= 30 and pending >= 5, (runs, pending)  # the writer had files to take while it was read
+    # about one run a second here when the machine is idle, one in five under a heavy load; most runs see files the
+    # writer has not taken yet: the race the pinning is for
+    assert runs >= 10 and pending >= 3, (runs, pending)
     batches = writer_log(config_path).count("committed as snapshot")
     assert batches >= 5, batches  # ~1 a second on an idle machine, 10 on a busy one
     print(f"reconcile beside a live writer: {runs} runs, {pending} with files not ingested yet, {batches} batches, "
