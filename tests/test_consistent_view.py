@@ -250,11 +250,13 @@ def test_a_batch_under_way_and_a_commit_between_the_reads_are_no_mismatch(
 # -- reconciliation in a loop beside a live writer ----------------------------------------------------------------
 
 
-def reconcile_beside_live_writer(home: Path, seconds: float) -> tuple[int, int, list[str], Path]:
+def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = False,
+                                 ) -> tuple[int, int, list[str], Path]:
     """A real writer (continuous, 1 s trigger) and the real producer landing files for ``seconds``, reconciliation
     run in this process meanwhile, again and again: returns the runs, the runs that saw files not ingested yet,
     every problem reported (each one a false alarm) and the configuration. The writer is stopped and has caught
-    up when it returns."""
+    up when it returns. ``last_hours``: reconcile the current and the previous hour only (``--start``), a cheaper
+    run whose reads race the writer the same way."""
     config_path = write_config(home, trigger_interval="1s", max_files_per_trigger=20)
     config = load(config_path)
     stream = config.stream("clicks")
@@ -279,7 +281,8 @@ def reconcile_beside_live_writer(home: Path, seconds: float) -> tuple[int, int, 
             time.sleep(0.5)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            report = reconcile(config, stream)
+            hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+            report = reconcile(config, stream, [hour - timedelta(hours=1), hour] if last_hours else None)
             runs += 1
             pending += bool(report.pending_files)
             alarms += [f"run {runs}: {p}" for p in report.problems()]
