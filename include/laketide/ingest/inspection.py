@@ -300,25 +300,22 @@ def inspect(
     return report
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+def _iso(ms: int, timespec: str = "seconds") -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec=timespec)
 
 
 def _changed(path: Path, recorded: FileStat, now: FileStat) -> str:
     """The detail of a file changed after ingest: what the writer read of it, and what it holds now."""
-    was = f"(listed at {recorded.size} bytes, modified at {_iso(recorded.mtime_ms)})"
+    then, after = _iso(recorded.mtime_ms, "milliseconds"), _iso(now.mtime_ms, "milliseconds")
     if now.size > recorded.size:
-        read_bytes, read_lines_ = read_through(path, recorded.size)
-        if read_bytes > recorded.size:
-            was = (f"{read_bytes} bytes, {read_lines_} record(s) {was[:-1]}: Spark's line reader finishes the line "
-                   "that starts at the listed end)")
-        else:
-            was = f"{read_bytes} bytes, {read_lines_} record(s) {was}"
-        return (f"the writer read its first {was}; now {now.size} bytes (modified at {_iso(now.mtime_ms)}): the "
-                f"lines after byte {read_bytes} are not in the lake (publish only those, in a new file, to ingest "
-                "them)")
-    return (f"the writer read {recorded.size} bytes (modified at {_iso(recorded.mtime_ms)}); now {now.size} bytes "
-            f"(modified at {_iso(now.mtime_ms)}): what changed since is not in the lake")
+        read_bytes, records = read_through(path, recorded.size)
+        how = (": Spark's line reader reads every line starting at or before the size it listed"
+               if read_bytes > recorded.size else "")
+        return (f"the writer read its first {read_bytes} bytes, {records} record(s) (listed at {recorded.size} "
+                f"bytes, modified at {then}{how}); now {now.size} bytes (modified at {after}): the lines after byte "
+                f"{read_bytes} are not in the lake (publish only those, in a new file, to ingest them)")
+    return (f"the writer read {recorded.size} bytes (modified at {then}); now {now.size} bytes (modified at "
+            f"{after}): what changed since is not in the lake")
 
 
 _HOUR_PREFIX = re.compile(r"^[_.]*(\d{8}T\d{2})-")
