@@ -62,3 +62,42 @@ def test_reconcile_names_a_bad_configuration_without_a_traceback(tmp_path: Path)
     done = subprocess.run([sys.executable, "-m", "laketide.close.reconcile"], env=config_env(bad),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+
+
+def test_deaths_of_the_application_name_the_batch_then_hold_its_stream_out(tmp_path: Path) -> None:
+    """A batch left in flight by an application that died is a death of that batch; the same batch in flight at two
+    deaths in a row holds its stream out, until one of its files is moved out of data/ (or the record deleted)."""
+    import json
+
+    from laketide.ingest.landing import data_dir
+
+    stream = load(write_config(tmp_path)).stream("clicks")
+    folder = data_dir(stream.landing_path)
+    folder.mkdir(parents=True)
+    for name in ("f1.jsonl", "f2.jsonl"):
+        (folder / name).write_text("{}\n")
+
+    def left_in_flight(batch_id: int) -> None:  # what failures.begin leaves when the JVM dies in the batch
+        failures.in_flight_path(stream).parent.mkdir(parents=True, exist_ok=True)
+        failures.in_flight_path(stream).write_text(json.dumps(
+            {"batch_id": batch_id, "files": ["f1.jsonl", "f2.jsonl"], "owner": "elsewhere:1", "started_at": "t"}))
+
+    assert failures.died(stream) is None  # the last application did not die with a batch in flight
+    left_in_flight(4)
+    first = failures.died(stream)
+    assert first is not None and first["deaths"] == 1 and first["files"] == ["f1.jsonl", "f2.jsonl"]
+    assert not failures.in_flight_path(stream).exists() and failures.held_out(stream) is None
+    left_in_flight(5)  # another batch: the count starts again
+    assert failures.died(stream)["deaths"] == 1  # type: ignore[index]
+    left_in_flight(5)
+    failures.forget(stream)  # a clean stop forgets this process's batch in flight, never another process's
+    assert failures.in_flight_path(stream).exists()
+    assert failures.died(stream)["deaths"] == 2  # type: ignore[index]
+    held = failures.held_out(stream)
+    assert held is not None and held["batch_id"] == 5
+    reason = failures.hold_out_reason(stream, held)
+    assert "f1.jsonl, f2.jsonl" in reason and str(folder) in reason and str(failures.record_path(stream)) in reason
+    (folder / "f2.jsonl").rename(tmp_path / "f2.jsonl")  # the operator moved a named file out
+    assert failures.held_out(stream) is None and failures.read(stream)["deaths"] == 0  # type: ignore[index]
+    failures.clear(stream, 5)  # the batch committed without it
+    assert failures.read(stream) is None
