@@ -52,7 +52,7 @@ from laketide.errors import (
     WriterFencedError,
 )
 from laketide.ingest import failures, sink
-from laketide.ingest.group_health import STATUS_INTERVAL, Watch
+from laketide.ingest.group_health import STATUS_INTERVAL, Watch, last_commit
 from laketide.ingest.late_files import LateFiles
 from laketide.lake import writer_status
 from laketide.notify import writer_alert
@@ -97,14 +97,6 @@ def retry_wait(previous: float, recovered: bool) -> float:
     if recovered or previous <= 0:
         return FIRST_BACKOFF
     return min(MAX_BACKOFF, previous * 2)
-
-
-def _last_commit(stream: StreamConfig) -> int:
-    """The newest batch id in the stream's checkpoint's ``commits/`` log (-1: none)."""
-    from laketide.lake.checkpoint_log import batch_ids
-
-    ids = batch_ids(stream.checkpoint_path / "commits")
-    return ids[-1] if ids else -1
 
 
 def _no_lost_connection(record: logging.LogRecord) -> bool:
@@ -195,7 +187,7 @@ class Application(Watch):
         from laketide.ingest.tables import ensure_tables
 
         stream = w.stream
-        w.started_from = _last_commit(stream)  # a failure before a later commit is not a recovery: the wait doubles
+        w.started_from = last_commit(stream)  # a failure before a later commit is not a recovery: the wait doubles
         if stream.name not in self.given:
             entry = failures.held_out(stream)
             if entry is not None:
@@ -266,7 +258,7 @@ class Application(Watch):
         w.state, w.reason, w.error = "failed", str(exc), exc
         permanent = isinstance(exc, PERMANENT)
         if not permanent:
-            w.backoff = retry_wait(w.backoff, _last_commit(w.stream) > w.started_from)
+            w.backoff = retry_wait(w.backoff, last_commit(w.stream) > w.started_from)
         w.retry_at = float("inf") if permanent else time.monotonic() + w.backoff
         again = "" if permanent else f"; it is started again in {w.backoff:.0f}s"
         log.error("stream %s stopped: %s: %s%s (the other streams of group %s go on)", w.stream.name,

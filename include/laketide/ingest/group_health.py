@@ -13,13 +13,21 @@ from laketide.ingest import failures
 from laketide.notify import writer_alert
 
 if TYPE_CHECKING:
-    from laketide.config import LaketideConfig
+    from laketide.config import LaketideConfig, StreamConfig
     from laketide.ingest.group import Writer
     from laketide.ingest.metrics import MetricsServer
 
 log = logging.getLogger("laketide.ingest.group")
 #: how often figures are computed and reported, and streams that stopped looked at again
 STATUS_INTERVAL = 30.0
+
+
+def last_commit(stream: StreamConfig) -> int:
+    """The newest batch id in the stream's checkpoint's ``commits/`` log (-1: none)."""
+    from laketide.lake.checkpoint_log import batch_ids
+
+    ids = batch_ids(stream.checkpoint_path / "commits")
+    return ids[-1] if ids else -1
 
 
 class Watch:
@@ -73,12 +81,14 @@ class Watch:
 
     def _take_turns(self) -> None:
         """Start the streams whose turn it is: the next one of :attr:`turns` once the one replaying alone committed
-        its batch (or ended), then every stream still starting."""
+        its batch (its record cleared, or any batch committed since its start: a record left from before a redo
+        rebuilt the checkpoint names a batch id of the old numbering) or ended, then every stream still starting."""
         while True:
             if self.probe is not None:
-                entry = failures.read(self.probe.stream)
-                if self.probe.query is not None and entry is not None and entry.get("deaths", 0) > 0:
-                    return  # its replayed batch has not committed yet: it stays alone
+                probe, entry = self.probe, failures.read(self.probe.stream)
+                if (probe.query is not None and entry is not None and entry.get("deaths", 0) > 0
+                        and last_commit(probe.stream) <= probe.started_from):
+                    return  # its replayed batch (its first since the start) has not committed yet: it stays alone
                 self.probe = None
             if self.turns:
                 self.probe = self.turns.pop(0)
