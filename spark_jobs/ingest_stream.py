@@ -9,13 +9,14 @@ Submitted by the ``laketide_ingest_<group>`` DAG through ``SparkSubmitOperator``
 ``--mode continuous`` runs micro-batches on each stream's trigger interval until stopped (SIGTERM, or a stream's
 stop file ``<checkpoints>/<stream>.stop``, which stops that stream); ``--mode incremental`` processes what has
 landed and exits. The streams of a group share the JVM and stop alone when they fail (``laketide.ingest.group``).
-Exit codes (of the first stream that ended in an error, when the application ends): 0 done, 2 bad arguments or
+Exit codes (of the first stream that ended in an error, when the application ends): 0 done or stopped (a stop file;
+SIGTERM/SIGINT, also to the whole process group: the JVM's end that comes with it is a stop), 2 bad arguments or
 configuration (or ``commit_path: internal`` on a Spark or Iceberg the internal commit path was not written for),
 3 checkpoint and table disagree, 4 another writer of the stream is running, 5 this writer lost the stream to
 another one, 6 the catalog stayed unreachable, 7 the Spark JVM died (e.g. out of memory), 8 a disk the writer
-writes to is full; 1 anything else (an unexpected error: its traceback is in the log). The process always exits
-once the writers are done: threads left behind by a JVM that died must not keep it alive (Airflow would see a
-hung task).
+writes to is full; 1 a stream failed or is held out, or anything else (an unexpected error: its traceback is in
+the log). The process always exits once the writers are done: threads left behind by a JVM that died must not keep
+it alive (Airflow would see a hung task).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     except (Py4JNetworkError, ConnectionError) as exc:
         print(f"error: the Spark JVM of the writer is gone ({type(exc).__name__}: {exc}); see the log above "
               "(OutOfMemoryError?). Nothing of an unfinished batch is committed; the writer replays it when it "
-              "starts again.", file=sys.stderr)
+              "starts again: the batches that were in flight first, one stream at a time, and a stream whose batch "
+              "was in flight at two such ends in a row is held out, its files named.", file=sys.stderr)
         return 7
     return 0
 
