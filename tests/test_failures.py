@@ -30,6 +30,22 @@ def test_repeated_failures_of_one_batch_are_counted_then_cleared(tmp_path: Path,
     assert failures.read(stream) is None
 
 
+def test_a_checkpoint_or_fence_refusal_does_not_blame_the_files(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A batch stopped because the checkpoint and the table disagree (or another writer committed) is recorded,
+    but its log says its files are not the cause, not to replay it or move them."""
+    from laketide.errors import CheckpointMismatchError, WriterFencedError
+
+    stream = load(write_config(tmp_path)).stream("clicks")
+    caplog.set_level(logging.ERROR, "laketide.ingest.writer")
+    for exc in (CheckpointMismatchError("checkpoint renumbered"), WriterFencedError("fenced")):
+        failures.record(stream, 3, object(), exc)
+        failures.record(stream, 3, object(), exc)
+    assert "are not the cause" in caplog.text and "checkpoint renumbered" in caplog.text
+    assert "replayed from the checkpoint" not in caplog.text and "move it out of" not in caplog.text
+    assert failures.read(stream)["error"].startswith("WriterFencedError")  # type: ignore[index]
+
+
 def test_a_full_disk_is_its_own_exit_code(tmp_path: Path) -> None:
     """A batch that fails with ENOSPC ends the writer with exit 8 and one line saying what to do (not exit 1 and a
     traceback); the error Spark hands over is text, as from a real query."""

@@ -35,6 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laketide.errors import CheckpointMismatchError, WriterFencedError
+
 if TYPE_CHECKING:
     from laketide.config import StreamConfig
 
@@ -119,7 +121,10 @@ def record(stream: StreamConfig, batch_id: int, batch: Any, exc: BaseException, 
     if not jvm_gone(exc):  # the driver saw the failure: the batch is not in flight any more
         _end(stream, batch_id)
     shown = _shown(files)
-    if attempts == 1:
+    if isinstance(exc, CheckpointMismatchError | WriterFencedError):  # not its input: replaying it changes nothing
+        log.error("batch %d of stream %s stopped: %s (recorded in %s). Its landing files (%s) are not the cause: do "
+                  "what the message says.", batch_id, stream.name, exc, path, shown or "unknown")
+    elif attempts == 1:
         log.error("batch %d of stream %s failed: %s. Its landing files: %s. The writer stops; the batch is "
                   "replayed from the checkpoint when it starts again (recorded in %s).",
                   batch_id, stream.name, entry["error"], shown or "(unknown)", path)
