@@ -222,7 +222,7 @@ def hold_out_reason(stream: StreamConfig, entry: dict[str, Any]) -> str:
     from laketide.ingest.landing import data_dir
 
     files = [str(f) for f in entry.get("files") or []]
-    return (f"held out: batch {entry.get('batch_id')} was in flight each of the last {entry.get('deaths')} times "
+    return (f"batch {entry.get('batch_id')} was in flight each of the last {entry.get('deaths')} times "
             f"the writer application died (its Spark JVM went away: out of memory?), the last time replayed at its "
             f"turn; its landing files: {_shown(files) or '(unknown)'}. Move them out of "
             f"{data_dir(stream.landing_path)}/ "

@@ -55,11 +55,12 @@ class Watch:
         """The stream's batch killed the application (see ``laketide.ingest.failures``): it does not start; it is
         looked at again every status interval (a named file moved away, the record deleted: it starts)."""
         reason = failures.hold_out_reason(w.stream, entry)
-        w.state, w.reason, w.error = "held out", reason, StreamFailedError(f"stream {w.stream.name!r} {reason}")
+        w.state, w.reason = "held out", reason  # the state says "held out": the reason says why and what to do
+        w.error = StreamFailedError(f"stream {w.stream.name!r} held out: {reason}")
         w.retry_at = time.monotonic() + STATUS_INTERVAL
         if w.reason not in w.alerted:
             w.alerted.add(w.reason)
-            log.error("stream %s %s", w.stream.name, w.reason)
+            log.error("stream %s held out: %s", w.stream.name, w.reason)
             writer_alert(self.config, "writer held out", w.stream.name, w.reason, self.name)
         self._report(w)
 
