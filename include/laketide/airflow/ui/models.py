@@ -117,7 +117,8 @@ class Reported(BaseModel):
     """What the stream's writer application last reported (its writer status record)."""
 
     group: str
-    state: str = Field(description="running, waiting, failed, stopped, done")
+    state: str = Field(description="starting, running, stopping, waiting, failed, held out (its batch killed the "
+                                   "writer application; the reason names its files), stopped, done")
     reason: str
     application: str
     updated_at: str
