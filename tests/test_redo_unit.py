@@ -13,6 +13,7 @@ import pytest
 
 from laketide.errors import CheckpointFormatError, RequestError
 from laketide.lake.commits import BATCH_ID, SOURCE_FILES, SOURCE_STATS, WRITER_ID, FileStat
+from laketide.lake.snapshots import table_lineage
 from laketide.redo import checkpoint
 from laketide.redo.params import (
     HourRange,
@@ -23,7 +24,7 @@ from laketide.redo.params import (
     check_run_id,
     resolve_snapshot,
 )
-from laketide.redo.plan import EMPTY, lineage_of, position, rejects_target
+from laketide.redo.plan import EMPTY, position, rejects_target
 
 H = [datetime(2026, 11, 20, h, tzinfo=UTC) for h in range(8, 12)]
 
@@ -93,12 +94,12 @@ def tables(tmp_path: Path) -> Any:
 
 def test_position_resolution_and_rejects_target(tables: Any) -> None:
     events, rejects, (e0, e1, e2, e3, bad), r3 = tables
-    chain, complete = lineage_of(events, e1)
+    chain, complete = table_lineage(events, e1)
     assert [s.snapshot_id for s in chain] == [e1, e0] and complete
     batch, files = position(chain, "w")
     assert batch == 1 and files == {"f0.jsonl": FileStat(10, 1000), "f1.jsonl": FileStat(11, 2000),
                                     "f2.jsonl": FileStat(12, 3000)}
-    assert position(lineage_of(events, bad)[0], "w")[0] == 3  # a foreign append carries no marker
+    assert position(table_lineage(events, bad)[0], "w")[0] == 3  # a foreign append carries no marker
     assert rejects_target(rejects, "w", 3) == r3
     first = rejects.metadata.snapshots[0].snapshot_id
     assert rejects_target(rejects, "w", 2) == first and rejects_target(rejects, "w", 1) == first

@@ -25,6 +25,7 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import LaketideError
 from laketide.lake.catalog import load_stream_table
 from laketide.lake.commits import BATCH_ID, WRITER_ID
+from laketide.lake.snapshots import table_lineage
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -58,21 +59,6 @@ def pin(config: LaketideConfig, stream: StreamConfig, snapshot_id: int | None = 
     return View(events, rejects, snapshot_id, matching_snapshot(events, snapshot_id, rejects))
 
 
-def _chain(table: Table, snapshot_id: int | None) -> tuple[list[Snapshot], bool]:
-    """The lineage of ``table`` ending at ``snapshot_id``, newest first, and whether it is whole (it reached a
-    snapshot without a parent, not one whose parent was removed by expiry)."""
-    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
-    chain: list[Snapshot] = []
-    sid = snapshot_id
-    while sid is not None:
-        snapshot = by_id.get(sid)
-        if snapshot is None:
-            return chain, False
-        chain.append(snapshot)
-        sid = snapshot.parent_snapshot_id
-    return chain, True
-
-
 def _marker(snapshot: Snapshot) -> tuple[str, int] | None:
     summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
     writer, batch = summary.get(WRITER_ID), summary.get(BATCH_ID)
@@ -86,7 +72,7 @@ def _marker(snapshot: Snapshot) -> tuple[str, int] | None:
 
 def newest_batch(view: View, writer_id: str) -> int | None:
     """The newest batch ``writer_id`` committed to the events table in the view (None: none in its lineage)."""
-    for snapshot in _chain(view.events, view.events_snapshot)[0]:
+    for snapshot in table_lineage(view.events, view.events_snapshot)[0]:
         if (marker := _marker(snapshot)) is not None and marker[0] == writer_id:
             return marker[1]
     return None
@@ -101,7 +87,7 @@ def matching_snapshot(events: Table, events_snapshot: int | None, rejects: Table
     A writer absent from the events lineage has committed no batch there (its first batch under way; a redo back to
     before the first batch empties the rejects table in a commit marked batch -1, which is not ahead), unless that
     lineage was cut by expiry: then a rejects commit of that writer is compared by commit time instead."""
-    chain, whole = _chain(events, events_snapshot)
+    chain, whole = table_lineage(events, events_snapshot)
     newest: dict[str, int] = {}
     for snapshot in chain:
         if (marker := _marker(snapshot)) is not None:
@@ -116,7 +102,7 @@ def matching_snapshot(events: Table, events_snapshot: int | None, rejects: Table
         return events_ms is None or snapshot.timestamp_ms > events_ms
 
     candidate: int | None = None  # the newest snapshot since the last commit found ahead
-    for snapshot in _chain(rejects, rejects.metadata.current_snapshot_id)[0]:
+    for snapshot in table_lineage(rejects, rejects.metadata.current_snapshot_id)[0]:
         if candidate is None:
             candidate = snapshot.snapshot_id
         marker = _marker(snapshot)

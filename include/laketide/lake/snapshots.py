@@ -31,6 +31,8 @@ from laketide.errors import TableNotFoundError
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.io import InputStream
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 HEAD_BYTES = 64 * 1024
 PROBE_BYTES = 8 * 1024
@@ -60,6 +62,21 @@ class Snap:
     sequence_number: int
     timestamp_ms: int
     summary: dict[str, str]  # "operation" and every other key, e.g. "laketide.writer-id"
+
+
+def table_lineage(table: Table, snapshot_id: int | None) -> tuple[list[Snapshot], bool]:
+    """The lineage of ``snapshot_id`` in a loaded pyiceberg table, newest first, and whether it is whole (it reaches
+    a snapshot without a parent; False when expiry removed a parent). Reads the metadata already loaded."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    out: list[Snapshot] = []
+    sid = snapshot_id
+    while sid is not None and sid != -1:
+        snapshot = by_id.get(sid)
+        if snapshot is None:
+            return out, False
+        out.append(snapshot)
+        sid = snapshot.parent_snapshot_id
+    return out, True
 
 
 def metadata_location(catalog: SqlCatalog, identifier: str) -> str:

@@ -24,6 +24,7 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest.inspection import landed_files
 from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, source_position
 from laketide.lake.hours import from_epoch_hours, partition_key
+from laketide.lake.snapshots import table_lineage
 from laketide.redo.params import HourRange, RedoRequest
 
 if TYPE_CHECKING:
@@ -35,21 +36,6 @@ EMPTY = -1
 
 def _iso_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def lineage_of(table: Table, snapshot_id: int | None) -> tuple[list[Any], bool]:
-    """The lineage of ``snapshot_id`` in a pyiceberg table, newest first, and whether it is complete (it reaches
-    the table's first snapshot; False when expiry removed a parent)."""
-    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
-    out: list[Any] = []
-    sid = snapshot_id
-    while sid is not None and sid != -1:
-        snap = by_id.get(sid)
-        if snap is None:
-            return out, False
-        out.append(snap)
-        sid = snap.parent_snapshot_id
-    return out, True
 
 
 def _summary(snap: Any) -> dict[str, str]:
@@ -86,7 +72,7 @@ def rejects_target(table: Table | None, writer_id: str, batch: int | None) -> in
     qualifies but the table has some; None when the table has no snapshot (nothing to do)."""
     if table is None or table.metadata.current_snapshot_id is None:
         return None
-    chain, _ = lineage_of(table, table.metadata.current_snapshot_id)
+    chain, _ = table_lineage(table, table.metadata.current_snapshot_id)
     for snap in chain:
         found = writer_batch(snap, writer_id)
         if found is not None and batch is not None and found <= batch:
@@ -220,10 +206,10 @@ def make_plan(config: LaketideConfig, stream: StreamConfig, snapshot_id: int) ->
     assert events is not None, f"{stream.table} does not exist"
     rejects = load_table(config, stream.rejects_table)
     head = events.metadata.current_snapshot_id
-    current, _ = lineage_of(events, head)
+    current, _ = table_lineage(events, head)
     ids = [s.snapshot_id for s in current]
     after = list(reversed(current[: ids.index(snapshot_id)]))
-    chain, complete = lineage_of(events, snapshot_id)
+    chain, complete = table_lineage(events, snapshot_id)
     batch, taken = position(chain, stream.writer_id)
     landed = landed_files(stream.landing_path)
     oldest = min((s.mtime_ms for s in taken.values() if s is not None), default=None)
