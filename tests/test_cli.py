@@ -41,6 +41,23 @@ def test_help_from_a_plain_shell() -> None:
         assert command in done.stdout
 
 
+def test_submit_print_as_documented_and_the_job_is_told_its_configuration(tmp_path: Path) -> None:
+    """``./laketide submit --print JOB ...`` (the option before the job, as docs/operations.md writes it) shows the
+    spark-submit command; a job submitted by hand is given the configuration in force (its driver imports laketide
+    from the --py-files zip, from where the default configuration's path is not the checkout's)."""
+    from laketide.config.loading import DEFAULT_CONFIG
+    from laketide.lake.submit import job_env
+    from tests.helpers import write_config
+
+    config = write_config(tmp_path)
+    done = run("submit", "--print", "ingest_stream.py", "--stream", "clicks", "--mode", "incremental", config=config)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("spark-submit --master ") and "ingest_stream.py --stream clicks" in done.stdout
+    assert "./laketide submit --print" in (REPO_ROOT / "docs" / "operations.md").read_text()
+    assert job_env({"PATH": "/usr/bin"})["LAKETIDE_CONFIG"] == str(DEFAULT_CONFIG.resolve())
+    assert job_env({"LAKETIDE_CONFIG": str(config)})["LAKETIDE_CONFIG"] == str(config.resolve())
+
+
 def test_status_lists_the_hours_being_written_and_snapshots_the_ids(lake: Lake) -> None:
     done = run("status", config=lake.config_path)
     assert done.returncode == 0, done.stderr

@@ -95,7 +95,8 @@ def _snapshots(config: LaketideConfig, args: argparse.Namespace) -> int:
 def _submit(config: LaketideConfig, args: argparse.Namespace) -> int:
     from laketide.lake import submit
 
-    return submit.main([args.job, *args.job_args])
+    options = [*(["--print"] if args.print else []), *(["--master", args.master] if args.master else [])]
+    return submit.main([*options, args.job, *args.job_args])
 
 
 def _redo(config: LaketideConfig, args: argparse.Namespace) -> int:
@@ -155,6 +156,8 @@ def parser() -> argparse.ArgumentParser:
     snapshots.add_argument("--rejects", action="store_true", help="the rejects table's instead")
     snapshots.set_defaults(run=_snapshots)
     submit = commands.add_parser("submit", help="run a Spark job by hand as Airflow does")
+    submit.add_argument("--print", action="store_true", help="print the spark-submit command, run nothing")
+    submit.add_argument("--master", help="Spark master (default: spark.master of the configuration)")
     submit.add_argument("job", help="a file of spark_jobs/, e.g. ingest_stream.py")
     submit.add_argument("job_args", nargs=argparse.REMAINDER, help="the job's own arguments")
     submit.set_defaults(run=_submit)

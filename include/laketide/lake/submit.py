@@ -22,6 +22,18 @@ import sys
 from pathlib import Path
 
 
+def job_env(environ: dict[str, str]) -> dict[str, str]:
+    """The environment of a job submitted by hand: UTC, this virtualenv's ``spark-submit`` first on the path, and the
+    configuration in force named explicitly (``LAKETIDE_CONFIG``), as the Airflow operator names it. The job's driver
+    imports laketide from the ``--py-files`` zip under the state folder, where the default configuration's path
+    (beside the checkout's package) does not lead to ``conf/laketide.yaml``."""
+    from laketide.config.loading import config_path
+
+    env = {**environ, "TZ": "UTC", "LAKETIDE_CONFIG": str(config_path(environ))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     from laketide.config import get_config
     from laketide.errors import ConfigError
@@ -41,10 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.print:
         print(shlex.join(command))
         return 0
-    env = {**os.environ, "TZ": "UTC"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # this venv's spark-submit
     received: list[int] = []
-    proc = subprocess.Popen(command, env=env)
+    proc = subprocess.Popen(command, env=job_env(dict(os.environ)))
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
