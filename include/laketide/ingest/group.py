@@ -409,12 +409,15 @@ def run_group(config: LaketideConfig, streams: list[StreamConfig], mode: Mode, s
     try:
         writers = app.run()
     except Exception as exc:
-        if not failures.jvm_gone(exc):
+        from py4j.protocol import Py4JError
+
+        # the JVM gone, or a call it failed while shutting down ("An error occurred while calling ...isActive")
+        if not isinstance(exc, Py4JError) and not failures.jvm_gone(exc):
             raise
         if not app.stopping:
             time.sleep(1.0)  # a signal that ended the JVM is handled by the main thread first
         if not app.stopping:
-            raise  # the JVM died on its own (out of memory?): exit 7
+            raise  # the JVM died on its own (out of memory?): exit 7; another py4j error: exit 1
         app.stopped_on_signal(exc)
         writers = app.writers
     else:
