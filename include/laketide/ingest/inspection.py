@@ -20,6 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from laketide.ingest.columns import human
 from laketide.ingest.landing import (
     DATA_SUFFIX,
     _check_audit,
@@ -170,14 +171,6 @@ def read_through(path: Path, size: int) -> tuple[int, int]:
     return end, lines
 
 
-def _human(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0 and seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def _hours_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{hour} ({n})" for hour, n in counts.items())
 
@@ -272,7 +265,7 @@ def inspect(
             add(name, Reason.HOURS, f"{what}; a file holds one hour (the lake splits it by event time)")
         if not info.ingested and not hidden(name):
             if forgotten_ms is not None and stat.mtime_ms < forgotten_ms and retention is not None:
-                add(name, Reason.TOO_OLD, f"modified at {_iso(stat.mtime_ms)}, {_human(retention)} (source_log_"
+                add(name, Reason.TOO_OLD, f"modified at {_iso(stat.mtime_ms)}, {human(retention)} (source_log_"
                     f"retention) or more before the newest ingested file ({_iso(newest or 0)}): the writer will never "
                     f"take it; set its modification time to now (touch {path}) to ingest it")
             else:
