@@ -175,6 +175,33 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=60)
 
 
+def freeze(proc: subprocess.Popen[bytes], config_path: Path) -> None:
+    """SIGSTOP the writer's process group at a moment it holds no write transaction on a SQLite catalog.
+
+    A process frozen inside a write transaction keeps SQLite's one write lock for as long as it is frozen: every
+    other process waits (``database is locked``), nobody can take its lease, and no software fix exists short of
+    killing it (PostgreSQL locks rows, not the database). That is SQLite's nature, not the frozen-writer case
+    the fencing tests are about, so such a moment is let go (SIGCONT) and the freeze tried again."""
+    import sqlite3
+
+    uri = load_config(config_path).catalog.uri
+    for _ in range(50):
+        os.killpg(proc.pid, signal.SIGSTOP)
+        if not uri.startswith("sqlite"):
+            return
+        conn = sqlite3.connect(uri.removeprefix("sqlite:///"), timeout=0.5, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.killpg(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    raise AssertionError("the writer kept SQLite's write lock at every freeze: it never left its transaction")
+
+
 def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
     """Wait until ``path`` exists; fail early if the process ended first."""
     deadline = time.monotonic() + timeout

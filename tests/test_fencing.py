@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from laketide.lake.commits import read_checkpoint
-from tests.helpers import exit_code, kill_group, load, start_writer, wait_for
+from tests.helpers import exit_code, freeze, kill_group, load, start_writer, wait_for
 from tests.pg import PgCluster
 from tests.test_writer import assert_exactly_once, landed
 
@@ -96,7 +96,7 @@ def frozen_writer_overtaken(tmp_path: Path, catalog_uri: str | None, commit_path
     b = None
     try:
         wait_for(faults / "before_commit-1.reached", a)  # batch 1's data files are written, nothing committed
-        signal_group(a, signal.SIGSTOP)
+        freeze(a, config_path)
 
         # while A's lease is fresh, a second writer refuses at once and names A
         busy = start_writer(config_path, mode="continuous", log=log_c)

@@ -30,6 +30,7 @@ from laketide.lake import writer_status
 from laketide.lake.commits import read_checkpoint
 from laketide.lake.lease import engine_for
 from tests.helpers import (
+    freeze,
     ingest,
     kill_group,
     load,
@@ -120,7 +121,7 @@ def test_a_frozen_application_overtaken_then_resumed_commits_nothing(lake: Path)
     second = None
     try:
         wait_for(faults / f"before_commit-{batch}.reached", first)  # b's batch written, not committed
-        os.killpg(first.pid, signal.SIGSTOP)
+        freeze(first, lake)  # outside a SQLite write transaction: a frozen lock holder blocks every process
         time.sleep(6)  # past the 5 s lease: the second application takes every stream over
         second = start_writer(lake, mode="continuous", log=log_b, group=GROUP)
         deadline = time.monotonic() + 240

@@ -27,6 +27,7 @@ A clean stop (SIGTERM, SIGINT) is not a death: the application forgets its in-fl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -70,6 +71,22 @@ def _save(path: Path, data: dict[str, Any]) -> None:
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(owner: str) -> bool:
+    """Whether ``owner`` (host:pid) is a process still running on this host (a stopped one counts: it can wake)."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):  # a zombie (dead, not yet reaped by its parent) is dead
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    return True
 
 
 def read(stream: StreamConfig) -> dict[str, Any] | None:
@@ -180,6 +197,12 @@ def died(stream: StreamConfig) -> dict[str, Any] | None:
         path.unlink(missing_ok=True)  # unreadable (cut short): nothing to name
         return None
     batch_id = int(flight["batch_id"])
+    if _alive(str(flight.get("owner", ""))):  # overtaken while frozen or cut off, not dead: its batch is fenced
+        log.warning("stream %s: batch %s was in flight in process %s, which is alive but lost its lease (frozen? "
+                    "cut off?); not counted as a death: the batch is replayed here and the old process's commit "
+                    "is fenced", stream.name, batch_id, flight.get("owner"))
+        path.unlink(missing_ok=True)
+        return None
     previous = read(stream)
     same = previous is not None and previous.get("batch_id") == batch_id
     before = previous or {}
