@@ -45,6 +45,8 @@ CASES = [
     (GOOD.replace('"a"', '"p"') + "] [{}", TRAILING),  # closes a wrapping array early
     (GOOD.replace('"a"', '"q"') + "]}", TRAILING),
     (GOOD.replace('"a"', '"r"') + " \t ", None),  # JSON whitespace after the object is fine
+    (GOOD.replace('"a"', '"u"').replace('"/h"', '"/\u00fcn\u20ac\U0001f600"'), None),  # multi-byte UTF-8: bytes, not chars
+    (GOOD.replace('"a"', '"v"').replace('"/h"', '"/\u20ac"') + " \u00e9}", TRAILING),
     (GOOD.replace('"a"', '"s"')[:-1] + ',"extra":{"b":"}{","c":[1,{"d":"]"}]}}', None),  # braces in strings, nested
     ("\ufeff" + GOOD.replace('"a"', '"t"'), "starts with a byte order mark (U+FEFF): write UTF-8 without a BOM"),
     # a line of control characters is a record (rejected), not a blank line: only spaces and tabs are blank
@@ -91,7 +93,7 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     # the rejects pass reads the staged rows of the rejects alone and finds the very rows a pass over the batch does
     from_staged = rejected_rows(validator.rejects_of(staged_df), stream, 7, NOW).collect()
     assert sorted(map(tuple, from_staged)) == sorted(map(tuple, bad))
-    assert [g["event_id"] for g in good] == ["a", "r", "s"]
+    assert [g["event_id"] for g in good] == ["a", "r", "u", "s"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
     assert {b["reason"] for b in bad} == {why for _, why in CASES if why}
