@@ -463,12 +463,19 @@ def render(figures: dict[str, Any], rows: int) -> str:
 # ------------------------------------------------------------------------------------------ main
 
 
+#: the modules of the writer's per-batch path (bench/README.md: re-run the benchmark when one changes)
+WRITER_MODULES = ("writer.py", "transforms.py", "columns.py", "runner.py", "group.py", "public_writer.py",
+                  "long_lines.py", "bom.py", "sink.py", "failures.py")
+
+
 def writer_fingerprint() -> str:
-    """Which laketide writer was measured: sha256 prefix and modification time of writer.py."""
-    source = Path(writer.__file__)
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
-    modified = datetime.fromtimestamp(source.stat().st_mtime, UTC)
-    return f"{source.name} sha256:{digest} modified {modified:%Y-%m-%dT%H:%M:%SZ}"
+    """Which laketide writer was measured: one sha256 prefix over the writer's modules, and the newest
+    modification time among them."""
+    folder = Path(writer.__file__).parent
+    sources = [folder / name for name in WRITER_MODULES]
+    digest = hashlib.sha256(b"".join(s.name.encode() + s.read_bytes() for s in sources)).hexdigest()[:12]
+    modified = datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), UTC)
+    return f"ingest/{{{','.join(WRITER_MODULES)}}} sha256:{digest} newest change {modified:%Y-%m-%dT%H:%M:%SZ}"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -214,12 +214,12 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
 
 
 #: how long maintenance runs again and again next to the live writer
-MAINTENANCE_SECONDS = 180
+MAINTENANCE_SECONDS = 100
 
 
 def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_path: Path) -> None:
     """The real writer (trigger 1s) ingests files landing every second while compaction, manifest rewrite and
-    expiry run again and again on both of its tables for three minutes: every hour reconciles, no writer commit
+    expiry run again and again on both of its tables for a minute and a half: every hour reconciles, no writer commit
     fails."""
     from laketide.close.reconcile import reconcile
     from laketide.ingest import failures
@@ -257,7 +257,7 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
         records: list[MaintenanceRecord] = []
         most = 0
         deadline = time.monotonic() + MAINTENANCE_SECONDS
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or len(records) < 12:  # and two rounds at least (3 actions x 2 tables)
             most = max(most, *(file_counts(catalog.load_table(EVENTS)).get(h, 0) for h in closed))
             records += maintain(config, spark, f"{EVENTS},{REJECTS}",
                                 "rewrite_data_files,rewrite_manifests,expire_snapshots",
@@ -571,7 +571,7 @@ METADATA_BOUND = 256 * 1024
 
 
 def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, tmp_path: Path) -> None:
-    """Two thousand small writer commits: after one maintenance run (compaction of the closed hours, manifest
+    """A thousand small writer commits: after one maintenance run (compaction of the closed hours, manifest
     rewrite, expiry two days later) the metadata is back under fixed bounds that do not depend on the history's
     length (snapshots: ``min_snapshots``; manifests: a few; the metadata file: ``METADATA_BOUND``); the writer's
     newest marker survives; a first status check walks and pyiceberg ``load_table`` parses a fraction of what
@@ -581,7 +581,7 @@ def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, t
     from laketide.maintain.health import due_by_threshold
     from tests.helpers import write_config
 
-    commits = 2000
+    commits = 1000
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=6)
     hours = [start + timedelta(hours=i) for i in range(4)]
     closed = hours[:3]

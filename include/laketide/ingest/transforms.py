@@ -287,9 +287,11 @@ class Validator:
                 *[(F.when(valid, parsed.field(n)) if n == time_field else parsed.field(n)).alias(n)
                   for n in self.stream.fields],
                 # blank lines are not records: their rows (in the null hour partition) carry no source file; a
-                # rejected line's carries what its rejects row needs (see pack_reject)
-                F.when(parsed.present(), F.when(valid, source).otherwise(pack_reject(source, raw, parsed.why(),
-                                                                                     self.stream)))
+                # rejected line's carries what its rejects row needs (see pack_reject). A valid line is present:
+                # the validity test comes first, where Spark evaluates it for every line, so that it and the event
+                # time's test are one common subexpression, computed once per line (a test inside a branch is not
+                # shared: it would run twice)
+                F.when(valid, source).when(parsed.present(), pack_reject(source, raw, parsed.why(), self.stream))
                 .alias("_source_file"),
             ]
             if self.with_extra:
