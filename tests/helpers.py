@@ -144,7 +144,7 @@ def ingest(spark: Any, config_path: Path, group: str | None = None) -> None:
 
     from laketide.ingest.group import run_group
     from laketide.lake.spark import use_catalog
-    from laketide.logs import FORMAT
+    from laketide.logs import FORMAT, name_streams
 
     config = load(config_path)
     name, uri = config.catalog.name, config.catalog.uri
@@ -154,7 +154,7 @@ def ingest(spark: Any, config_path: Path, group: str | None = None) -> None:
                              "give the configuration a name of its own: write_config(catalog_name=unique_catalog(...))")
     use_catalog(spark, config)
     streams = config.group(group) if group else [config.stream("clicks")]
-    handler = logging.FileHandler(config_path.parent / "writer.log")
+    handler = name_streams(logging.FileHandler(config_path.parent / "writer.log"))
     handler.setFormatter(logging.Formatter(FORMAT))
     logger = logging.getLogger("laketide")
     level = logger.level

@@ -90,6 +90,7 @@ def test_a_stream_added_to_the_group_starts_from_nothing(spark: Any, lake: Path)
     assert_exactly_once(lake, "a")
     assert_exactly_once(lake, "c")  # from nothing, everything that had landed
     assert "writer c-writer started" in writer_log(lake)
+    assert "[c] batch 0 committed" in writer_log(lake)  # the streams' lines interleave: each names its stream
 
 
 @pytest.mark.parametrize(("k", "point", "stream"), [(1, "batch_start", "a"), (2, "before_commit", "b"),

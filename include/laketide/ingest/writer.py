@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from laketide import logs
 from laketide.config import EXTRA_COLUMN, CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
 from laketide.ingest import dedupe, failures, long_lines, public_sink, sink
@@ -223,7 +224,12 @@ class BatchWriter(PublicPath):
                             expected, self.timeout, self._iceberg.sqlite.reopen)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        """Commit micro-batch ``batch_id`` once; a busy or unreachable catalog is waited out."""
+        """Commit micro-batch ``batch_id`` once; a busy or unreachable catalog is waited out. Its log lines name the
+        stream."""
+        with logs.for_stream(self.stream.name):
+            self._once(batch, batch_id)
+
+    def _once(self, batch: DataFrame, batch_id: int) -> None:
         stream = self.stream
         failures.begin(stream, batch_id, batch)  # before its work: if the JVM dies in it, the next start names it
 
