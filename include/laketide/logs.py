@@ -50,7 +50,7 @@ class _StreamField(logging.Filter):
 
 
 def name_streams(handler: logging.Handler) -> logging.Handler:
-    """``handler`` with the ``stream`` field its ``FORMAT`` needs (a handler formatting with ``FORMAT`` must have it)."""
+    """``handler`` with the ``stream`` field of ``FORMAT`` (a handler formatting with ``FORMAT`` needs it)."""
     if not any(isinstance(f, _StreamField) for f in handler.filters):
         handler.addFilter(_StreamField())
     return handler
