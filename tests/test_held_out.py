@@ -84,6 +84,13 @@ def test_a_stream_whose_batch_kills_the_application_is_held_out(spark: Any, tmp_
         assert 'laketide_writer_state{stream="b",group="g",state="held out"} 1' in page, page
         assert 'laketide_writer_held_out{stream="b",group="g",batch="0"} 1' in page, page
         assert 'laketide_writer_up{stream="a",group="g"} 1' in page, page
+        # the real writer's commits of a, counted at the scrape; none of b's batch, which never committed
+        counted = {line.split("{")[0]: float(line.split()[-1]) for line in page.splitlines()
+                   if 'stream="a"' in line and not line.startswith("#")}
+        assert counted["laketide_batches_committed_total"] >= 1, page
+        assert counted["laketide_rows_committed_total"] + counted["laketide_rejects_committed_total"] >= 40, page
+        assert abs(counted["laketide_last_commit_timestamp_seconds"] - time.time()) < 300, page
+        assert 'laketide_batches_committed_total{stream="b",group="g"} 0' in page, page
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
     finally:

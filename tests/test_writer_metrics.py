@@ -5,6 +5,7 @@ the configuration."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ import yaml
 
 from laketide.config import load_config
 from laketide.errors import ConfigError
+from laketide.ingest import batch_figures
 from laketide.ingest.backlog import Freshness
 from laketide.ingest.group import Application, Writer
 from laketide.ingest.late_files import LateFiles
@@ -37,6 +39,10 @@ def test_the_metrics_page_over_http(tmp_path: Path) -> None:
     server = MetricsServer(0, "g", host="127.0.0.1")
     try:
         server.update(ws)
+        before = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read().decode()
+        # a commit after the last status round is on the next scrape: the page is rendered when scraped
+        batch_figures.record("a", 480, 20, 2.5, "2026-11-22T03:59:59+00:00")
+        batch_figures.record("a", 500, 0, 1.5, None)
         page = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read().decode()
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=10)
@@ -50,6 +56,19 @@ def test_the_metrics_page_over_http(tmp_path: Path) -> None:
     assert 'laketide_writer_lag_seconds{stream="a",group="g"} 12.250' in lines
     assert 'laketide_backlog_files{stream="a",group="g"} 3' in lines
     assert "# TYPE laketide_backlog_files gauge" in lines
+    assert 'laketide_batches_committed_total{stream="a",group="g"} 0' in before.splitlines()
+    assert 'laketide_batches_committed_total{stream="a",group="g"} 2' in lines
+    assert 'laketide_rows_committed_total{stream="a",group="g"} 980' in lines
+    assert 'laketide_rejects_committed_total{stream="a",group="g"} 20' in lines
+    assert 'laketide_batch_seconds_total{stream="a",group="g"} 4.000' in lines
+    assert 'laketide_last_batch_seconds{stream="a",group="g"} 1.500' in lines
+    # a batch that moved no watermark keeps the last one
+    assert 'laketide_watermark_timestamp_seconds{stream="a",group="g"} 1795319999.000' in lines
+    (last,) = [line for line in lines if line.startswith('laketide_last_commit_timestamp_seconds{stream="a"')]
+    assert abs(float(last.split()[-1]) - time.time()) < 60
+    assert "# TYPE laketide_rows_committed_total counter" in lines
+    assert 'laketide_batches_committed_total{stream="b",group="g"} 0' in lines  # counters start at 0
+    assert not any(line.startswith('laketide_last_commit_timestamp_seconds{stream="b"') for line in lines)  # none yet
 
 
 def test_thresholds_alert_once_per_crossing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

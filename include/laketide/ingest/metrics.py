@@ -14,7 +14,20 @@ collector's Prometheus receiver scrape; stdlib only (a threaded ``http.server`` 
   ``{stream,group,quantile="0.5"|"0.95"|"1"}``   by quantile (1: the maximum)
 ``laketide_writer_lag_seconds{stream,group}``  now - the stream's watermark
 ``laketide_backlog_files{stream,group}``       landed files not committed yet
+``laketide_batches_committed_total``           counters of this process: batches, valid rows and rejected lines
+``laketide_rows_committed_total``                committed, and the batches' durations summed (``rate`` of the
+``laketide_rejects_committed_total``             last over the first: the mean batch duration)
+``laketide_batch_seconds_total``
+  ``{stream,group}``
+``laketide_last_batch_seconds{stream,group}``  the last committed batch's duration
+``laketide_last_commit_timestamp_seconds``     when the stream last committed (epoch seconds): alert on
+  ``{stream,group}``                             ``time() - laketide_last_commit_timestamp_seconds > 600``
+``laketide_watermark_timestamp_seconds``       the stream's watermark (epoch seconds)
+  ``{stream,group}``
 =============================================  ===================================================================
+
+The page is rendered at each scrape: the commit counters are current; the freshness figures (latency, lag,
+backlog) are those of the application's last status round (every 30 s).
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from laketide.ingest import failures
+from laketide.ingest import batch_figures, failures
 
 if TYPE_CHECKING:
     from laketide.ingest.group import Writer
@@ -69,15 +82,42 @@ def exposition(writers: Sequence[Writer], group: str) -> str:
     lines += ["# HELP laketide_backlog_files landed files not committed yet", "# TYPE laketide_backlog_files gauge"]
     lines += [f'laketide_backlog_files{{stream="{w.stream.name}",group="{group}"}} {w.figures.backlog}'
               for w in writers if w.figures is not None]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _committed(writers, group)) + "\n"
+
+
+def _committed(writers: Sequence[Writer], group: str) -> list[str]:
+    """The commit counters and last-batch gauges of ``writers`` (``laketide.ingest.batch_figures``)."""
+    figures = {w.stream.name: batch_figures.of(w.stream.name) for w in writers}
+    lines: list[str] = []
+    for name, kind, what, value in (
+        ("laketide_batches_committed_total", "counter", "micro-batches committed", lambda c: c.batches),
+        ("laketide_rows_committed_total", "counter", "valid rows committed to the events table", lambda c: c.rows),
+        ("laketide_rejects_committed_total", "counter", "rejected lines committed to the rejects table",
+         lambda c: c.rejects),
+        ("laketide_batch_seconds_total", "counter", "the committed batches' durations, summed",
+         lambda c: round(c.seconds, 3)),
+        ("laketide_last_batch_seconds", "gauge", "the last committed batch's duration", lambda c: c.last_seconds),
+        ("laketide_last_commit_timestamp_seconds", "gauge", "when the stream last committed (epoch seconds)",
+         lambda c: c.last_commit),
+        ("laketide_watermark_timestamp_seconds", "gauge", "the stream's watermark (epoch seconds)",
+         lambda c: c.watermark),
+    ):
+        lines += [f"# HELP {name} {what} by this writer application", f"# TYPE {name} {kind}"]
+        for stream, committed in figures.items():
+            v = value(committed)
+            if v is not None:
+                shown = f"{v:.3f}" if isinstance(v, float) else str(v)
+                lines.append(f'{name}{{stream="{stream}",group="{group}"}} {shown}')
+    return lines
 
 
 class MetricsServer:
-    """``/metrics`` of a writer application, served from a daemon thread; :meth:`update` replaces the page."""
+    """``/metrics`` of a writer application, served from a daemon thread, rendered at each scrape from the writers
+    :meth:`update` last gave."""
 
     def __init__(self, port: int, group: str, host: str = "0.0.0.0") -> None:
         self.group = group
-        self.page = b""
+        self.writers: Sequence[Writer] = ()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,11 +125,12 @@ class MetricsServer:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404, "laketide serves /metrics")
                     return
+                page = exposition(server.writers, server.group).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(server.page)))
+                self.send_header("Content-Length", str(len(page)))
                 self.end_headers()
-                self.wfile.write(server.page)
+                self.wfile.write(page)
 
             def log_message(self, *_args: Any) -> None:
                 return  # a scrape every few seconds is no news
@@ -99,7 +140,7 @@ class MetricsServer:
         threading.Thread(target=self.http.serve_forever, name="laketide-metrics", daemon=True).start()
 
     def update(self, writers: Sequence[Writer]) -> None:
-        self.page = exposition(writers, self.group).encode()
+        self.writers = list(writers)
 
     def close(self) -> None:
         self.http.shutdown()

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
+from laketide.ingest import batch_figures, long_lines, public_sink
 from laketide.ingest import faultpoints as faults
-from laketide.ingest import long_lines, public_sink
 from laketide.ingest.columns import LANDED_AT, SOURCE_SIZE
 from laketide.ingest.inspection import audit_hours
 from laketide.ingest.long_lines import LongLine
@@ -193,6 +193,7 @@ class PublicPath:
             batch_id, snapshot_id, valid, rejected, len(files), watermark, planned - started,
             published - planned, done - published, done - started,
         )
+        batch_figures.record(stream.name, valid, rejected, done - started, watermark)
 
     def _reject_public(self, rows: DataFrame, batch_id: int, now: datetime, files: list[str], expected: int,
                        extra: dict[str, Any], marker: commits.Marker | None,

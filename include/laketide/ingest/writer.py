@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from laketide import logs
 from laketide.config import EXTRA_COLUMN, CommitPath, LaketideConfig, StreamConfig
 from laketide.errors import ConfigError
-from laketide.ingest import dedupe, failures, long_lines, public_sink, sink
+from laketide.ingest import batch_figures, dedupe, failures, long_lines, public_sink, sink
 from laketide.ingest import faultpoints as faults
 from laketide.ingest.public_writer import PublicPath, current_snapshot_id
 from laketide.ingest.summary import _from_micros, _iso, _utc, ahead_of_clock, summary_key, warn_ahead, watermark_after
@@ -335,6 +335,7 @@ class BatchWriter(PublicPath):
             published - staged_at, done - published, done - started,
             f"; {staged.dropped} duplicate(s) dropped" if stream.dedupe_on_write else "",
         )
+        batch_figures.record(stream.name, valid, rejected, done - started, watermark)
 
     def _mark_duplicates(self, rows: DataFrame, events_table: Any) -> tuple[DataFrame, dict[str, int]]:
         """``dedupe.mark`` of the staged rows against the events table's ids of the batch's hours, at the snapshot
