@@ -172,7 +172,7 @@ def test_complete_hour_closes_with_status_partitioned_event_markers_and_note(env
     # one Asset event, partitioned by the hour (Airflow's key), the close record as its extra
     (event,) = asset_events(env, lake.key(0))
     record = {"stream": "clicks", "table": "lake.clicks", "partition": lake.key(0), "rows": rows, "rejects": rejects,
-              "duplicates_removed": 0, "audit": audit, "snapshot_id": current,
+              "duplicates_removed": 0, "audit": audit, "snapshot_id": str(current),
               "closed_at": closed.recorded_at.isoformat(), "reclose": False}
     assert event == {**record, "partition_key": airflow_key(lake.hours[0])}
     # the same record through every done-marker: the marker file, the POST, the callable

@@ -114,7 +114,7 @@ def test_every_action_gets_the_record_and_a_reclose_overwrites_the_file(
     path = marker_file(cfg, stream, KEY)
     expected = {"stream": "clicks", "table": "lake.clicks", "partition": KEY, "rows": 21690, "rejects": 12,
                 "duplicates_removed": 0, "audit": 21702,
-                "snapshot_id": 4711, "closed_at": "2026-11-22T20:11:00+00:00", "reclose": False}
+                "snapshot_id": "4711", "closed_at": "2026-11-22T20:11:00+00:00", "reclose": False}
     assert json.loads(path.read_text()) == expected
     assert endpoint.posts == [expected] and lines(sink) == [expected]
 

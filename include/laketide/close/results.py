@@ -151,16 +151,20 @@ class ClosedPartition:
                    verified.duplicates)
 
     def to_dict(self) -> dict[str, Any]:
-        """The Asset event's extra and the done-marker record (plain JSON values)."""
+        """The Asset event's extra and the done-marker record (plain JSON values). The snapshot id is a string of
+        digits: Iceberg's ids use all 63 bits, and a JSON number above 2^53 is rounded by every JavaScript reader
+        (Airflow's own UI among them) and by many JSON libraries."""
         return {"stream": self.stream, "table": self.table, "partition": self.partition, "rows": self.rows,
                 "rejects": self.rejects, "duplicates_removed": self.duplicates_removed, "audit": self.audit,
-                "snapshot_id": self.snapshot_id, "closed_at": self.closed_at, "reclose": self.reclose}
+                "snapshot_id": None if self.snapshot_id is None else str(self.snapshot_id),
+                "closed_at": self.closed_at, "reclose": self.reclose}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
         """Also an extra of an event emitted before ``audit``, ``closed_at``, ``reclose`` and ``duplicates_removed``
-        were added."""
+        were added, or with the snapshot id as a JSON number."""
+        snapshot = data.get("snapshot_id")
         return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
-                   int(data["rejects"]), data.get("snapshot_id"), int(data.get("audit") or 0),
+                   int(data["rejects"]), None if snapshot is None else int(snapshot), int(data.get("audit") or 0),
                    str(data.get("closed_at") or ""), bool(data.get("reclose", False)),
                    int(data.get("duplicates_removed") or 0))
