@@ -74,9 +74,13 @@ def test_status_lists_the_hours_being_written_and_snapshots_the_ids(lake: Lake) 
 def test_manual_actions_check_then_trigger_a_dry_run(lake: Lake, tmp_path: Path) -> None:
     recorded = tmp_path / "asked.json"
     fake = tmp_path / "airflow"
+    # what Airflow's CLI prints for 'dags trigger --output json': warnings on stderr, the run as a list of one
     fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                     f"open({str(recorded)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:], "
-                    "'home': os.environ.get('AIRFLOW_HOME')}) + '\\n')\n")
+                    "'home': os.environ.get('AIRFLOW_HOME')}) + '\\n')\n"
+                    "print('SomeWarning: a warning of the CLI', file=sys.stderr)\n"
+                    "print(json.dumps([{'dag_id': sys.argv[3], 'run_id': 'manual__2026-11-28T06:00:00+00:00', "
+                    "'state': 'queued', 'conf': {}}]))\n")
     fake.chmod(0o755)
     home = tmp_path / "airflow-home"
     home.mkdir()
@@ -90,8 +94,13 @@ def test_manual_actions_check_then_trigger_a_dry_run(lake: Lake, tmp_path: Path)
     done = run("backfill", "--stream", "clicks; DROP", "--start", "x", "--end", "y", config=lake.config_path, **env)
     assert done.returncode == 2 and "error: " in done.stderr and not recorded.exists()
 
-    assert run("redo", "--stream", "clicks", "--snapshot-id", str(snapshot), config=lake.config_path,
-               **env).returncode == 0
+    done = run("redo", "--stream", "clicks", "--snapshot-id", str(snapshot), config=lake.config_path, **env)
+    assert done.returncode == 0, done.stderr
+    # the plan, then which run started and where to follow it: not Airflow's table, not its warnings
+    assert "the redo would do this:" in done.stdout and f"snapshot {snapshot}" in done.stdout, done.stdout
+    assert "laketide_redo: run manual__2026-11-28T06:00:00+00:00 queued (a dry run: nothing changes)" in done.stdout
+    assert "/dags/laketide_redo/runs/manual__2026-11-28T06%3A00%3A00%2B00%3A00 (its plan: the log of task " \
+           "'validate')" in done.stdout and "SomeWarning" not in done.stdout + done.stderr, done.stdout
     start, end = lake.hours[0].isoformat(), lake.hours[1].isoformat()
     assert run("repair", "--stream", "clicks", "--start", start, "--end", end, "--apply", config=lake.config_path,
                **env).returncode == 0

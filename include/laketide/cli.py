@@ -25,6 +25,7 @@ import os
 import shlex
 import subprocess
 import sys
+import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,17 +46,40 @@ def airflow_env(config: LaketideConfig) -> dict[str, str]:
     return env
 
 
-def trigger(config: LaketideConfig, dag_id: str, conf: dict[str, Any]) -> int:
-    """Trigger ``dag_id`` with ``conf`` on the local Airflow (``airflow dags trigger``); its exit code."""
+def trigger(config: LaketideConfig, dag_id: str, conf: dict[str, Any], where: str = "") -> int:
+    """Trigger ``dag_id`` with ``conf`` on the local Airflow (``airflow dags trigger``); its exit code. Says which run
+    started and where to follow it (``where``: what to read in it), not Airflow's table of the run's twelve fields."""
     home = Path(airflow_env(config)["AIRFLOW_HOME"])
     if not (home / "airflow.db").exists() and not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
         print(f"error: no Airflow installation in {home}: start laketide first (make run), or set AIRFLOW_HOME",
               file=sys.stderr)
         return 2
     command = [*shlex.split(os.environ.get("LAKETIDE_AIRFLOW_CLI", "airflow")), "dags", "trigger", dag_id,
-               "--conf", json.dumps(conf)]
+               "--conf", json.dumps(conf), "--output", "json"]
     print(f"==> {shlex.join(command)}", flush=True)
-    return subprocess.run(command, env=airflow_env(config)).returncode
+    done = subprocess.run(command, env=airflow_env(config), capture_output=True, text=True)
+    run = _triggered_run(done.stdout)
+    if done.returncode != 0 or run is None:  # Airflow's own words, whatever they are
+        sys.stdout.write(done.stdout)
+        sys.stderr.write(done.stderr)
+        return done.returncode
+    base = os.environ.get("AIRFLOW__API__BASE_URL") or f"http://localhost:{os.environ.get('LAKETIDE_PORT', '8080')}"
+    run_id = str(run.get("run_id") or run.get("dag_run_id") or "")
+    print(f"{dag_id}: run {run_id} {run.get('state') or 'queued'}"
+          f"{' (a dry run: nothing changes)' if conf.get('dry_run') else ''}")
+    print(f"follow it: {base.rstrip('/')}/dags/{dag_id}/runs/{urllib.parse.quote(run_id, safe='')}"
+          f"{f' ({where})' if where else ''}, or ./laketide airflow dags list-runs {dag_id}")
+    return 0
+
+
+def _triggered_run(output: str) -> dict[str, Any] | None:
+    """The run ``airflow dags trigger --output json`` printed (a list of one), or None."""
+    start = output.find("[")
+    try:
+        runs = json.loads(output[start:]) if start >= 0 else None
+    except ValueError:
+        return None
+    return runs[0] if isinstance(runs, list) and runs and isinstance(runs[0], dict) else None
 
 
 def _status(config: LaketideConfig, args: argparse.Namespace) -> int:
@@ -101,12 +125,16 @@ def _submit(config: LaketideConfig, args: argparse.Namespace) -> int:
 
 def _redo(config: LaketideConfig, args: argparse.Namespace) -> int:
     from laketide.redo.params import validate
+    from laketide.redo.plan import plan_request
 
     request = validate(config, args.stream, args.snapshot_id, args.at, args.start, args.end, not args.apply,
                        "cli", os.environ.get("USER", "unknown"))
     conf = {"stream": request.stream, "snapshot_id": str(request.snapshot_id), "at": None,
             "start": args.start, "end": args.end, "dry_run": request.dry_run}
-    return trigger(config, "laketide_redo", conf)
+    # the plan as the table is now (the run checks it again and logs it in its task 'validate')
+    print("\n".join(["the redo would do this:" if request.dry_run else "the redo will do this:",
+                     *(f"  {line}" for line in plan_request(config, request).lines(request.hours))]))
+    return trigger(config, "laketide_redo", conf, "its plan: the log of task 'validate'")
 
 
 def _range_action(config: LaketideConfig, args: argparse.Namespace) -> int:
