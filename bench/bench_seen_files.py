@@ -153,8 +153,8 @@ def run_one(spec: str) -> None:
     total = options["files"]
 
     def committed() -> int:
-        from laketide.close.reconcile import source_positions
         from laketide.lake.catalog import load_catalog
+        from laketide.lake.commits import source_positions
 
         try:
             return len(source_positions(load_catalog(config.catalog).load_table(stream.table)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from laketide.close.partitions import PartitionStatus, State
 from laketide.close.results import ClosedPartition, PartitionEvent, VerifiedPartition
-from laketide.close.verify import Verification
+from laketide.close.verify import Verification, verified_partition
 from tests.helpers import load, write_config
 
 HOUR = datetime(2026, 11, 22, 3, tzinfo=UTC)
@@ -37,7 +37,7 @@ def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) 
     stream = load(write_config(tmp_path)).stream("clicks")
     verification = Verification(stream="clicks", partition=HOUR, success=True, audit=10, lake=8, rejects=2,
                                 pending_files=0, snapshot_id=42, failures=[], results_path=tmp_path / "r.json")
-    verified = VerifiedPartition.from_verification(verification)
+    verified = verified_partition(verification)
     assert verified.to_dict() == {"partition": KEY, "audit": 10, "lake": 8, "rejects": 2, "duplicates": 0,
                                   "snapshot_id": 42, "results": str(tmp_path / "r.json")}
     assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified

@@ -6,10 +6,17 @@ Every exception class of the package is defined here (the modules that raise one
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from laketide.close.verify import Verification
+
+class FailedCheck(Protocol):
+    """What :class:`VerificationFailed` needs of a verification (``laketide.close.verify.Verification``): this module
+    stays below every other, importing none of them."""
+
+    @property
+    def pending_files(self) -> int: ...
+
+    def message(self) -> str: ...
 
 
 def exit_code(exc: BaseException, codes: Mapping[type[Exception], int]) -> int | None:
@@ -87,7 +94,7 @@ class DeployModeError(ConfigError):
 class VerificationFailed(LaketideError):
     """Counts do not add up: the partition stays unclosed. ``retryable`` when files are still pending."""
 
-    def __init__(self, verification: Verification) -> None:
+    def __init__(self, verification: FailedCheck) -> None:
         super().__init__(verification.message())
         self.verification = verification
         self.retryable = verification.pending_files > 0

@@ -20,7 +20,7 @@ from typing import Any
 from laketide.close.partitions import State, check_partitions, partition_rows
 from laketide.close.results import ClosedPartition, PartitionEvent, VerifiedPartition
 from laketide.close.status import StatusRecord, history, record
-from laketide.close.verify import Verification, verify_partition
+from laketide.close.verify import Verification, verified_partition, verify_partition
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import RangeError, RangeNotDecided, VerificationFailed
 from laketide.lake.hours import AIRFLOW_KEY_FORMAT, HOUR, hour_start, parse_partition, partition_key
@@ -177,7 +177,7 @@ def verify(config: LaketideConfig, stream: StreamConfig, partition: datetime, ru
     record(config, _record(stream, partition, state, result, run_id))
     if not result.success:
         raise VerificationFailed(result)
-    return VerifiedPartition.from_verification(result)
+    return verified_partition(result)
 
 
 def _record(stream: StreamConfig, partition: datetime, state: State, result: Verification,

@@ -19,19 +19,22 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.lake.hours import from_epoch_hours, hour_ranges
+from laketide.lake.hours import from_epoch_hours, hour_ranges, hour_start, partition_key
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import FileScanTask, Table
 
+#: the rejects of no known partition (``reject_counts``): a malformed line of a file whose audit names several hours
+UNATTRIBUTED = "unattributed"
 #: DuckDB's default memory limit while it groups the event ids, in bytes (``close.scan_memory``; it spills beyond)
 ID_MEMORY_LIMIT = 256 * 1024**2
 
@@ -164,3 +167,44 @@ class DuplicateIds:
         top = [str(r[0]) for r in con.execute("SELECT id FROM dup ORDER BY n DESC, id LIMIT ?", [examples]).fetchall()]
         counts = ({str(i): int(n) for i, n in con.execute("SELECT id, n FROM dup").fetchall()} if ids <= keep else {})
         return Duplicates(rows, ids, per_part, top, counts)
+
+
+def reject_counts(table: Table, snapshot_id: int | None, audits: dict[str, dict[str, Any]],
+                  hours: Collection[datetime] | None = None) -> tuple[Counter[str], set[str]]:
+    """Rejected rows per partition of a rejects ``table`` at ``snapshot_id`` (None: nothing), attributed through
+    each row's source-file audit record, and the source files of the rejects: of the partitions of ``hours`` only
+    (default: every one).
+
+    With ``hours``, only the rejects whose event hour is one of them, or whose source file's audit names one of
+    them (a malformed line has no event hour), are read: the rejects table's partitions of those hours, and the
+    files whose ``source_file`` bounds admit one of those landing files."""
+    from pyiceberg.expressions import AlwaysTrue, In, Or, Reference
+    from pyiceberg.expressions.literals import literal
+
+    counts: Counter[str] = Counter()
+    files: set[str] = set()
+    if snapshot_id is None:
+        return counts, files
+    keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
+    row_filter: Any = AlwaysTrue()
+    if hours is not None:
+        row_filter = hours_row_filter("event_hour", hours)
+        named = {name for name, audit in audits.items() if (keys or set()) & set((audit or {}).get("partitions", {}))}
+        if named:
+            row_filter = Or(row_filter, In(term=Reference("source_file"), values={literal(f) for f in named}))
+    scan, tasks = plan(table, row_filter, ("source_file", "event_hour"), snapshot_id)
+    for task in tasks:
+        for batch in record_batches(scan, task):
+            for row in batch.to_pylist():
+                files.add(row["source_file"])
+                parts = list((audits.get(row["source_file"]) or {}).get("partitions", {}))
+                hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
+                if len(parts) == 1:
+                    counts[parts[0]] += 1
+                elif hour is not None and hour in parts:
+                    counts[hour] += 1
+                else:
+                    counts[UNATTRIBUTED] += 1
+    if keys is not None:
+        counts = Counter({k: n for k, n in counts.items() if k in keys or k == UNATTRIBUTED})
+    return counts, files

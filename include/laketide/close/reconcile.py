@@ -25,20 +25,28 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.close.hourscan import DuplicateIds, exact_rows, hours_row_filter, plan, record_batches
+from laketide.close.hourscan import (
+    UNATTRIBUTED,
+    DuplicateIds,
+    exact_rows,
+    hours_row_filter,
+    plan,
+    record_batches,
+    reject_counts,
+)
 from laketide.close.view import View, newest_batch, pin
 from laketide.config import LaketideConfig, StreamConfig, get_config
 from laketide.errors import LaketideError
 from laketide.ingest import failures
-from laketide.ingest.inspection import EventTime, Finding, Inspection, inspect
+from laketide.ingest.inspection import Finding, Inspection, event_time, inspect
 from laketide.ingest.landing import read_audits
-from laketide.lake.commits import FileStat, duplicates_removed, ingested_files
+from laketide.lake.commits import duplicates_removed, source_positions
 from laketide.lake.hours import HOUR, hour_start, parse_partition, partition_key
+from laketide.lake.snapshots import lineage_summaries
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    pass
 
-UNATTRIBUTED = "unattributed"
 
 
 @dataclass(frozen=True)
@@ -144,73 +152,6 @@ def lake_counts(config: LaketideConfig, stream: StreamConfig, hours: Collection[
                             counts[partition_key(entry["values"])] += entry["counts"]
         duplicates = ids.result(keep=1_000_000)
     return counts, duplicates.counts, files
-
-
-def reject_counts(table: Table, snapshot_id: int | None, audits: dict[str, dict[str, Any]],
-                  hours: Collection[datetime] | None = None) -> tuple[Counter[str], set[str]]:
-    """Rejected rows per partition of a rejects ``table`` at ``snapshot_id`` (None: nothing), attributed through
-    each row's source-file audit record, and the source files of the rejects: of the partitions of ``hours`` only
-    (default: every one).
-
-    With ``hours``, only the rejects whose event hour is one of them, or whose source file's audit names one of
-    them (a malformed line has no event hour), are read: the rejects table's partitions of those hours, and the
-    files whose ``source_file`` bounds admit one of those landing files."""
-    from pyiceberg.expressions import AlwaysTrue, In, Or, Reference
-    from pyiceberg.expressions.literals import literal
-
-    counts: Counter[str] = Counter()
-    files: set[str] = set()
-    if snapshot_id is None:
-        return counts, files
-    keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
-    row_filter: Any = AlwaysTrue()
-    if hours is not None:
-        row_filter = hours_row_filter("event_hour", hours)
-        named = {name for name, audit in audits.items() if (keys or set()) & set((audit or {}).get("partitions", {}))}
-        if named:
-            row_filter = Or(row_filter, In(term=Reference("source_file"), values={literal(f) for f in named}))
-    scan, tasks = plan(table, row_filter, ("source_file", "event_hour"), snapshot_id)
-    for task in tasks:
-        for batch in record_batches(scan, task):
-            for row in batch.to_pylist():
-                files.add(row["source_file"])
-                parts = list((audits.get(row["source_file"]) or {}).get("partitions", {}))
-                hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
-                if len(parts) == 1:
-                    counts[parts[0]] += 1
-                elif hour is not None and hour in parts:
-                    counts[hour] += 1
-                else:
-                    counts[UNATTRIBUTED] += 1
-    if keys is not None:
-        counts = Counter({k: n for k, n in counts.items() if k in keys or k == UNATTRIBUTED})
-    return counts, files
-
-
-def event_time(stream: StreamConfig) -> EventTime:
-    """How ``inspection.inspect`` reads the hour of a line of ``stream`` (the writer's accepted range)."""
-    return EventTime(stream.event_time_field, datetime.fromisoformat(stream.min_event_time), stream.max_future)
-
-
-def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, FileStat | None]:
-    """The landing files recorded in the snapshot summaries of ``table``'s lineage ending at ``snapshot_id``
-    (default: the current snapshot), with the size and modification time each was read at (when recorded).
-
-    Metadata only (the summaries pyiceberg already parsed). Snapshots removed by expiry are not seen: the
-    callers add the source files found in the tables' rows."""
-    return ingested_files(lineage_summaries(table, snapshot_id))
-
-
-def lineage_summaries(table: Table, snapshot_id: int | None = None) -> list[dict[str, str]]:
-    """The summaries of ``table``'s lineage ending at ``snapshot_id`` (default: the current one), newest first."""
-    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
-    sid = table.metadata.current_snapshot_id if snapshot_id is None else snapshot_id
-    summaries: list[dict[str, str]] = []
-    while sid is not None and (snapshot := by_id.get(sid)) is not None:
-        if snapshot.summary is not None:
-            summaries.append(dict(snapshot.summary.additional_properties))
-        sid = snapshot.parent_snapshot_id
-    return summaries
 
 
 def reconcile(config: LaketideConfig, stream: StreamConfig, hours: Collection[datetime] | None = None) -> Report:

@@ -20,7 +20,6 @@ from laketide.close.partitions import State
 
 if TYPE_CHECKING:
     from laketide.close.partitions import PartitionStatus
-    from laketide.close.verify import Verification
     from laketide.config import StreamConfig
 
 
@@ -98,14 +97,6 @@ class VerifiedPartition:
     results: str
     #: rows removed or dropped as duplicate event ids (repair, ``dedupe_on_write``): the audit still counts them
     duplicates: int = 0
-
-    @classmethod
-    def from_verification(cls, verification: Verification) -> VerifiedPartition:
-        from laketide.lake.hours import partition_key
-
-        return cls(partition_key(verification.partition), verification.audit, verification.lake,
-                   verification.rejects, verification.snapshot_id, str(verification.results_path),
-                   verification.duplicates)
 
     def balance(self) -> str:
         """The verified arithmetic, e.g. ``audit 146 == lake 71 + rejects 4 + duplicates removed 71``."""

@@ -39,15 +39,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.close.hourscan import ID_MEMORY_LIMIT, DuplicateIds, Duplicates, exact_rows, plan, record_batches
-from laketide.close.reconcile import event_time, lineage_summaries, reject_counts, source_positions
-from laketide.close.results import balance
+from laketide.close.hourscan import (
+    ID_MEMORY_LIMIT,
+    DuplicateIds,
+    Duplicates,
+    exact_rows,
+    plan,
+    record_batches,
+    reject_counts,
+)
+from laketide.close.results import VerifiedPartition, balance
 from laketide.close.view import pin
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.inspection import inspect
+from laketide.ingest.inspection import event_time, inspect
 from laketide.ingest.landing import read_audits
-from laketide.lake.commits import duplicates_removed
+from laketide.lake.commits import duplicates_removed, source_positions
 from laketide.lake.hours import HOUR, hour_start, partition_key
+from laketide.lake.snapshots import lineage_summaries
 from laketide.logs import quiet_libraries
 
 if TYPE_CHECKING:
@@ -380,3 +388,12 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
         failures=failures, results_path=save_result(config, stream, start, payload),
         findings=[f.line() for f in findings], duplicates=duplicates, pending_names=sorted(pending),
     )
+
+
+def verified_partition(verification: Verification) -> VerifiedPartition:
+    """What the ``verify`` task hands on (its XCom) of a verification that passed."""
+    from laketide.lake.hours import partition_key
+
+    return VerifiedPartition(partition_key(verification.partition), verification.audit, verification.lake,
+                             verification.rejects, verification.snapshot_id, str(verification.results_path),
+                             verification.duplicates)

@@ -38,7 +38,6 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from laketide.config import LaketideConfig, StreamConfig
@@ -54,14 +53,13 @@ from laketide.errors import (
 from laketide.ingest import failures, sink
 from laketide.ingest.group_health import STATUS_INTERVAL, Watch, last_commit
 from laketide.ingest.late_files import LateFiles
+from laketide.ingest.stream_state import Writer
 from laketide.lake import writer_status
 from laketide.notify import writer_alert
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
-    from laketide.ingest.backlog import Freshness
     from laketide.ingest.metrics import MetricsServer
     from laketide.lake.lease import WriterLease
 
@@ -101,30 +99,6 @@ def retry_wait(previous: float, recovered: bool) -> float:
 
 def _no_lost_connection(record: logging.LogRecord) -> bool:
     return record.getMessage() != "Exception while sending command."
-
-
-@dataclass
-class Writer:
-    """One stream of the application."""
-
-    stream: StreamConfig
-    lease: WriterLease
-    late: LateFiles
-    commit_path: str = "internal"
-    query: StreamingQuery | None = None
-    state: str = "starting"  # running | stopping | waiting | failed | held out | stopped | done
-    reason: str = ""
-    error: Exception | None = None
-    #: when to try to start it again (monotonic), for a waiting, failed or held-out stream
-    retry_at: float = 0.0
-    #: its last wait after a failure (0: none yet; see :func:`retry_wait`)
-    backoff: float = 0.0
-    #: the newest committed batch when it last started (it recovered once a later one commits)
-    started_from: int = -1
-    figures: Freshness | None = None
-    alerted: set[str] = field(default_factory=set)
-    #: another writer took its lease while it ran
-    lost: bool = False
 
 
 class Application(Watch):
@@ -433,3 +407,9 @@ def run_group(config: LaketideConfig, streams: list[StreamConfig], mode: Mode, s
                           w.state, w.reason, ", ".join(others))
             raise w.error
 
+
+def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
+             spark: SparkSession | None = None, summary: dict[str, str] | None = None) -> None:
+    """The writer of ``stream`` alone (a group of one) with the stream's lease already taken by the caller (a redo
+    re-ingests this way); ``summary``: more snapshot summary properties for every commit."""
+    run_group(config, [stream], mode, spark, summary, {stream.name: lease})

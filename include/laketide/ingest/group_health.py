@@ -14,8 +14,8 @@ from laketide.notify import writer_alert
 
 if TYPE_CHECKING:
     from laketide.config import LaketideConfig, StreamConfig
-    from laketide.ingest.group import Writer
     from laketide.ingest.metrics import MetricsServer
+    from laketide.ingest.stream_state import Writer
 
 log = logging.getLogger("laketide.ingest.group")
 #: how often figures are computed and reported, and streams that stopped looked at again

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laketide.ingest.columns import human
 from laketide.ingest.landing import (
@@ -36,6 +36,9 @@ from laketide.ingest.landing import (
 )
 from laketide.lake.commits import FileStat, file_stat
 from laketide.lake.hours import partition_key
+
+if TYPE_CHECKING:
+    from laketide.config import StreamConfig
 
 
 class Reason(StrEnum):
@@ -400,3 +403,8 @@ def _audit_hour(landing_path: str | Path, name: str) -> str | None:
     if _check_audit(record, name) is not None:
         return None
     return min(record["partitions"])
+
+
+def event_time(stream: StreamConfig) -> EventTime:
+    """How ``inspection.inspect`` reads the hour of a line of ``stream`` (the writer's accepted range)."""
+    return EventTime(stream.event_time_field, datetime.fromisoformat(stream.min_event_time), stream.max_future)

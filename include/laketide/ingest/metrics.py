@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from laketide.ingest import batch_figures, failures
 
 if TYPE_CHECKING:
-    from laketide.ingest.group import Writer
+    from laketide.ingest.stream_state import Writer
 
 STATES = ("running", "waiting", "failed", "held out", "stopped", "done")
 

@@ -118,24 +118,3 @@ def lease_for(config: LaketideConfig, stream: StreamConfig, mode: Mode) -> Write
             f"{stop_file(stream)}, then try again. If that process is dead, its lease expires "
             f"{int(stream.writer_lease.total_seconds())}s after its last heartbeat (writer_lease).")
     return WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, mode, hint)
-
-
-def run(config: LaketideConfig, stream: StreamConfig, mode: Mode, spark: SparkSession | None = None) -> None:
-    """Run the writer of ``stream`` until it is done (incremental) or asked to stop (continuous): the writer
-    application of a group of one (``laketide.ingest.group``).
-
-    :raises WriterBusyError: another live writer holds the stream's lease
-    :raises WriterFencedError: this writer lost the stream to another one (lease or commit fence)
-    """
-    from laketide.ingest.group import run_group
-
-    run_group(config, [stream], mode, spark)
-
-
-def run_held(config: LaketideConfig, stream: StreamConfig, mode: Mode, lease: WriterLease,
-             spark: SparkSession | None = None, summary: dict[str, str] | None = None) -> None:
-    """:func:`run` with the stream's lease already taken by the caller (a redo re-ingests this way);
-    ``summary``: more snapshot summary properties for every commit."""
-    from laketide.ingest.group import run_group
-
-    run_group(config, [stream], mode, spark, summary, {stream.name: lease})

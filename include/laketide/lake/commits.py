@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from laketide.errors import CheckpointMismatchError
 from laketide.lake import checkpoint_log
-from laketide.lake.snapshots import Snap, lineage
+from laketide.lake.snapshots import Snap, lineage, lineage_summaries
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
 
 WRITER_ID = "laketide.writer-id"
 BATCH_ID = "laketide.batch-id"
@@ -412,3 +413,12 @@ def duplicates_removed(summaries: Iterable[Mapping[str, str]]) -> dict[str, int]
         if summary.get(ACTION) == "backfill":
             replaced |= set(json.loads(summary.get(REPLACED_HOURS) or "[]"))
     return counts
+
+
+def source_positions(table: Table, snapshot_id: int | None = None) -> dict[str, FileStat | None]:
+    """The landing files recorded in the snapshot summaries of ``table``'s lineage ending at ``snapshot_id``
+    (default: the current snapshot), with the size and modification time each was read at (when recorded).
+
+    Metadata only (the summaries pyiceberg already parsed). Snapshots removed by expiry are not seen: the
+    callers add the source files found in the tables' rows."""
+    return ingested_files(lineage_summaries(table, snapshot_id))

@@ -218,3 +218,15 @@ def _parse_all(stream: InputStream) -> tuple[int | None, dict[int, dict[str, Any
 def _read(stream: InputStream, offset: int, length: int) -> bytes:
     stream.seek(offset)
     return stream.read(length)
+
+
+def lineage_summaries(table: Table, snapshot_id: int | None = None) -> list[dict[str, str]]:
+    """The summaries of ``table``'s lineage ending at ``snapshot_id`` (default: the current one), newest first."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    sid = table.metadata.current_snapshot_id if snapshot_id is None else snapshot_id
+    summaries: list[dict[str, str]] = []
+    while sid is not None and (snapshot := by_id.get(sid)) is not None:
+        if snapshot.summary is not None:
+            summaries.append(dict(snapshot.summary.additional_properties))
+        sid = snapshot.parent_snapshot_id
+    return summaries

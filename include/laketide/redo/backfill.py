@@ -105,8 +105,8 @@ def check_files(request: Request, plan: FilePlan) -> None:
 
 def ingested_files(config: LaketideConfig, stream: StreamConfig) -> set[str]:
     """The landing files the writer ingested, from the events table's snapshot summaries (metadata only)."""
-    from laketide.close.reconcile import source_positions
     from laketide.lake.catalog import load_catalog
+    from laketide.lake.commits import source_positions
 
     return set(source_positions(load_catalog(config.catalog).load_table(stream.table)))
 
@@ -143,9 +143,9 @@ def read_lines(spark: SparkSession, stream: StreamConfig, files: Iterable[str]) 
 def batches_of_files(config: LaketideConfig, stream: StreamConfig) -> dict[str, int]:
     """The batch id of each landing file's first ingestion by the stream's writer, from the events table's
     snapshot summaries (metadata only; commits removed by expiry are not seen)."""
-    from laketide.close.reconcile import lineage_summaries
     from laketide.lake.catalog import load_catalog
     from laketide.lake.commits import BATCH_ID, WRITER_ID, source_position
+    from laketide.lake.snapshots import lineage_summaries
 
     found: dict[str, int] = {}
     for summary in lineage_summaries(load_catalog(config.catalog).load_table(stream.table)):  # newest first

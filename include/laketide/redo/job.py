@@ -281,7 +281,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def _redo(config: LaketideConfig, spark: SparkSession, stream: StreamConfig, request: RedoRequest,
           req: dict[str, Any], lease: WriterLease) -> RedoResult:
-    from laketide.ingest.runner import run_held
+    from laketide.ingest.group import run_held
     from laketide.redo.plan import both_files, changed_hours, load_table, rows_by_hour
 
     saved = state_file(config, stream, request.run_id)
