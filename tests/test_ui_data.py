@@ -47,6 +47,18 @@ def test_board_shows_recorded_states_and_the_hours_being_written(lake: UiLake) -
     assert [c.hour for c in future.cells][-1] <= lake.key(1)
 
 
+def test_the_hour_being_written_after_a_redo_is_checked_now_not_frozen_at_reopened(lake: UiLake) -> None:
+    """A redo records every hour it changed as reopened, the hour being written too: that one keeps growing, so the
+    board checks it now (as before the redo); an older reopened hour keeps its record until it is closed again."""
+    before = {c.hour: c for c in board.board(lake.config, lake.stream, lake.hour(-1), lake.hour(1)).cells}
+    record(lake.config, StatusRecord("clicks", lake.hour(0), State.REOPENED, rows=1, reason="redo r1"))
+    after = {c.hour: c for c in board.board(lake.config, lake.stream, lake.hour(-6), lake.hour(1)).cells}
+    now = after[lake.key(0)]
+    assert now.checked_now and now.state == before[lake.key(0)].state == EXPECTED[0], now
+    assert now.rows != 1  # what the table holds now, not the redo's count
+    assert after[lake.key(-6)].state == "reopened" and not after[lake.key(-6)].checked_now
+
+
 def test_recorded_states_are_read_once_per_status_commit(lake: UiLake) -> None:
     board.clear_cache()
     version, first = board.recorded(lake.config, "clicks")

@@ -118,8 +118,13 @@ def board(config: LaketideConfig, stream: StreamConfig, start: datetime, end: da
     and the hours being written checked now. Hours after the current one are left out."""
     began = time.perf_counter()
     now = now or datetime.now(UTC)
-    version, newest = recorded(config, stream.name)
+    version, records = recorded(config, stream.name)
     current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    # an hour a redo reopened while it is still being written (it has not ended, or late rows may still come) grows
+    # with every batch: it is checked now (open, lagging, ...) like the hours after the newest record, not shown
+    # with the count the redo recorded
+    newest = {h: r for h, r in records.items()
+              if r.state != State.REOPENED or h + HOUR + stream.allowed_lateness <= now}
     shown = [h for h in hours_between(start, end) if h <= current]
     live: dict[datetime, PartitionStatus] = {}
     if shown and shown[-1] > max(newest, default=shown[0] - HOUR):  # hours after the newest record are in range
