@@ -95,6 +95,16 @@ def test_writer_panel_lease_batches_lag_backlog_and_freshness(lake: UiLake) -> N
     finally:
         lease.release()
     assert writer.writer(lake.config, stream).state == "stopped"
+    # a redo holds the stream with the writer's lease (redo.job.hold): the panel says so, not "running"
+    from laketide.redo.job import lease_of
+
+    held = lease_of(lake.config, stream)
+    held.acquire()
+    try:
+        w = writer.writer(lake.config, stream)
+        assert w.state == "held by redo" and not w.running and w.holder is not None and w.holder.mode == "redo"
+    finally:
+        held.release()
 
 
 def test_timeline_and_the_redo_confirmation(lake: UiLake) -> None:

@@ -40,12 +40,13 @@ def _at(ms: float) -> str:
 
 def lease_state(config: LaketideConfig, stream: StreamConfig, now: float | None = None
                 ) -> tuple[str, models.Holder | None]:
-    """``running`` (a holder renewed its lease within ``writer_lease``), ``stale`` (it did not: dead, frozen or cut
-    off), ``stopped`` (no holder: it released the lease) or ``never started`` (no lease table yet), with the
-    holder."""
+    """``running`` (a holder renewed its lease within ``writer_lease``), ``held by redo`` (a redo holds the lease
+    while it runs: the writer resumes after it), ``stale`` (the holder did not renew it: dead, frozen or cut off),
+    ``stopped`` (no holder: it released the lease) or ``never started`` (no lease table yet), with the holder."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from laketide.lake.lease import WriterLease, engine_for
+    from laketide.redo.job import REDO_MODE
 
     now = time.time() if now is None else now
     lease = WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, "ui")
@@ -61,6 +62,8 @@ def lease_state(config: LaketideConfig, stream: StreamConfig, now: float | None 
                          heartbeat_at=_at(holder.heartbeat_at * 1000),
                          heartbeat_age_s=round(now - holder.heartbeat_at, 1))
     fresh = now - holder.heartbeat_at <= stream.writer_lease.total_seconds()
+    if fresh and holder.mode == REDO_MODE:
+        return "held by redo", seen
     return ("running" if fresh else "stale"), seen
 
 

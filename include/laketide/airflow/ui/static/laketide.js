@@ -122,6 +122,10 @@ var laketide = (function () {
       var app = r ? '<span class="badge ' + esc(r.state === "held out" ? "failed held-out" : r.state) + '">' + esc(r.state) + "</span> in application " +
         esc(r.application || r.group) + (r.reason ? ' <span class="wrap">' + esc(r.reason) + "</span>" : "") +
         " <span class=muted>(reported " + esc(r.updated_at) + ")</span>" : '<span class="muted">not reported yet</span>';
+      if (w.state === "held by redo") {  // the application's own words are about a busy lease: say what it is
+        app = "held by a redo (the runs of laketide_redo); the writer resumes after it" +
+          (r ? " <span class=muted>(application " + esc(r.application || r.group) + ": " + esc(r.state) + ")</span>" : "");
+      }
       var kv = '<dl class="kv"><dt>writer</dt><dd>' + badge + " " + esc(w.writer_id) + holder + "</dd>" +
         "<dt>group " + esc(w.group) + "</dt><dd>" + app + "</dd>" +
         "<dt>lag</dt><dd>" + secs(w.lag_s) + " <span class=muted>(now − watermark " + esc(w.watermark || "none") + ")</span></dd>" +
