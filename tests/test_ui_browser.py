@@ -215,6 +215,24 @@ def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Se
     finally:
         driver.quit()
 
+    # a viewer may read the view but not start a redo: no "redo from here" link is shown to one
+    status, listed = server.request("/laketide/api/streams", server.token("viewer"))
+    assert status == 200 and listed["may_redo"] is False, listed
+    driver = browser(tmp_path / "chromium-viewer")
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(server.url + "/")
+        wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys("viewer")
+        driver.find_element(By.NAME, "password").send_keys(PASSWORDS["viewer"])
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "/auth/login" not in d.current_url)
+        driver.get(server.url + "/plugin/laketide")
+        driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "snapshots"), str(lake.snapshots[1])))
+        assert driver.find_elements(By.CSS_SELECTOR, "a.redo") == []
+    finally:
+        driver.quit()
+
     status, runs = server.request("/api/v2/dags/laketide_redo/dagRuns", server.token("admin"))
     assert status == 200
     (run,) = [r for r in runs["dag_runs"] if r["dag_run_id"] == run_id]

@@ -216,7 +216,8 @@ def client(lake: UiLake, airflow_db: Path) -> Iterator[Any]:
 def test_api_json_shapes(client: Any, lake: UiLake) -> None:
     streams = client.get("/api/streams").json()
     assert streams == {"streams": [{"name": "clicks", "table": "lake.clicks", "rejects_table": "lake.clicks_rejects",
-                                    "close_dag": "laketide_close_clicks", "live": True}], "redo_dag": "laketide_redo"}
+                                    "close_dag": "laketide_close_clicks", "live": True}], "redo_dag": "laketide_redo",
+                       "may_redo": True}  # the admin may
     start, end = lake.key(-10), lake.key(-5)
     b = client.get("/api/streams/clicks/board", params={"start": start, "end": end}).json()
     assert (b["start"], b["end"], [c["state"] for c in b["cells"]]) == (

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any, TypeVar
 
+from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
@@ -126,9 +127,21 @@ async def asset(name: str) -> Response:
 
 
 @app.get("/api/streams", dependencies=UI)
-async def list_streams() -> models.StreamList:
-    """The configured streams."""
-    return await off_loop(lambda: panels.streams(config()))
+async def list_streams(user: GetUserDep) -> models.StreamList:
+    """The configured streams, and what the user may do with them (the page shows no action it would refuse)."""
+    listed = await off_loop(lambda: panels.streams(config()))
+    listed.may_redo = may(user, "POST", DagAccessEntity.RUN, panels.REDO_DAG)
+    return listed
+
+
+def may(user: Any, method: ResourceMethod, entity: DagAccessEntity, dag_id: str) -> bool:
+    """Whether Airflow's auth manager lets ``user`` do ``method`` on ``entity`` of DAG ``dag_id`` (what
+    ``requires_access_dag`` checks before a request)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    return bool(get_auth_manager().is_authorized_dag(method=method, access_entity=entity,
+                                                      details=DagDetails(id=dag_id), user=user))
 
 
 @app.get("/api/streams/{stream}/board", dependencies=STREAM)

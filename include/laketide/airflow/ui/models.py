@@ -20,6 +20,8 @@ class StreamList(BaseModel):
     streams: list[StreamInfo]
     #: the DAG a "redo from here" triggers
     redo_dag: str
+    #: the logged-in user may start runs of ``redo_dag`` (the view shows "redo from here" only then)
+    may_redo: bool = False
 
 
 class Cell(BaseModel):

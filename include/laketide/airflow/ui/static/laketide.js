@@ -157,7 +157,7 @@ var laketide = (function () {
   function loadSnapshots() {
     return get(api("snapshots?limit=30")).then(function (t) {
       var rows = t.snapshots.map(function (s) {
-        var redo = s.current ? '<span class="muted">current</span>' :
+        var redo = s.current ? '<span class="muted">current</span>' : !state.mayRedo ? "" :
           '<a class="redo" href="redo?' + q({ stream: state.stream, snapshot_id: s.snapshot_id }) + '">redo from here</a>';
         return "<tr><td>" + esc(s.snapshot_id) + "</td><td>" + esc(s.committed_at) + "</td><td>" + esc(s.what) +
           '</td><td class="num">' + n(s.rows) + '</td><td class="num">' + n(s.rejects) + "</td><td>" +
@@ -208,6 +208,7 @@ var laketide = (function () {
   }
   function main() {
     get("api/streams").then(function (s) {
+      state.mayRedo = s.may_redo;  // a user who may not start a redo gets no link to one
       $("stream").innerHTML = s.streams.map(function (x) { return "<option>" + esc(x.name) + "</option>"; }).join("");
       var wanted = new URLSearchParams(location.search).get("stream");
       state.stream = wanted && s.streams.some(function (x) { return x.name === wanted; }) ? wanted : (s.streams[0] || {}).name;
