@@ -168,23 +168,33 @@ def browser(download_dir: Path) -> Any:
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Server, tmp_path: Path) -> None:
+def open_view(driver: Any, server: Server, user: str) -> Any:
+    """Log ``user`` in to Airflow's UI, open the lakehouse view from its navigation entry and switch into its frame;
+    the wait the caller goes on with."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 60)
+    driver.get(server.url + "/")
+    wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORDS[user])
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+    driver.get(server.url + "/plugin/laketide")  # the view's entry in the UI's navigation
+    driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+    return wait
+
+
+def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Server, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
 
     lake = server.lake
     driver = browser(tmp_path / "chromium")
     shot = tmp_path / "lakehouse-view.png"
     try:
-        wait = WebDriverWait(driver, 60)
-        driver.get(server.url + "/")
-        wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
-        driver.find_element(By.NAME, "password").send_keys(PASSWORDS["admin"])
-        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda d: "/auth/login" not in d.current_url)
-        driver.get(server.url + "/plugin/laketide")  # the view's entry in the UI's navigation
-        driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+        wait = open_view(driver, server, "admin")
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".cell[data-state=reopened]")))
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "a.redo")))
         cells = {c.get_attribute("data-hour"): c for c in driver.find_elements(By.CSS_SELECTOR, ".cell")}
@@ -220,14 +230,7 @@ def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Se
     assert status == 200 and listed["may_redo"] is False, listed
     driver = browser(tmp_path / "chromium-viewer")
     try:
-        wait = WebDriverWait(driver, 60)
-        driver.get(server.url + "/")
-        wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys("viewer")
-        driver.find_element(By.NAME, "password").send_keys(PASSWORDS["viewer"])
-        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda d: "/auth/login" not in d.current_url)
-        driver.get(server.url + "/plugin/laketide")
-        driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+        wait = open_view(driver, server, "viewer")
         wait.until(ec.text_to_be_present_in_element((By.ID, "snapshots"), str(lake.snapshots[1])))
         assert driver.find_elements(By.CSS_SELECTOR, "a.redo") == []
     finally:
