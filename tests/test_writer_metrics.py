@@ -32,7 +32,8 @@ def writers(config_path: Path) -> list[Writer]:
 
 
 def test_the_metrics_page_over_http(tmp_path: Path) -> None:
-    ws = writers(write_group_config(tmp_path, ["a", "b"], "g"))
+    # stream names of this test alone: the commit counters are the process's, and other tests' writers ran in it
+    ws = writers(write_group_config(tmp_path, ["pa", "pb"], "g"))
     ws[0].state, ws[0].query = "running", object()  # type: ignore[assignment]
     ws[0].figures = Freshness(datetime.now(UTC), 4.0, 11.5, 20.0, 30, 12.25, 3, datetime.now(UTC))
     ws[1].state = "failed"
@@ -41,34 +42,34 @@ def test_the_metrics_page_over_http(tmp_path: Path) -> None:
         server.update(ws)
         before = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read().decode()
         # a commit after the last status round is on the next scrape: the page is rendered when scraped
-        batch_figures.record("a", 480, 20, 2.5, "2026-11-22T03:59:59+00:00")
-        batch_figures.record("a", 500, 0, 1.5, None)
+        batch_figures.record("pa", 480, 20, 2.5, "2026-11-22T03:59:59+00:00")
+        batch_figures.record("pa", 500, 0, 1.5, None)
         page = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read().decode()
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=10)
     finally:
         server.close()
     lines = set(page.splitlines())
-    assert 'laketide_writer_up{stream="a",group="g"} 1' in lines
-    assert 'laketide_writer_up{stream="b",group="g"} 0' in lines
-    assert 'laketide_writer_state{stream="b",group="g",state="failed"} 1' in lines
-    assert 'laketide_landed_to_committed_seconds{stream="a",group="g",quantile="0.95"} 11.500' in lines
-    assert 'laketide_writer_lag_seconds{stream="a",group="g"} 12.250' in lines
-    assert 'laketide_backlog_files{stream="a",group="g"} 3' in lines
+    assert 'laketide_writer_up{stream="pa",group="g"} 1' in lines
+    assert 'laketide_writer_up{stream="pb",group="g"} 0' in lines
+    assert 'laketide_writer_state{stream="pb",group="g",state="failed"} 1' in lines
+    assert 'laketide_landed_to_committed_seconds{stream="pa",group="g",quantile="0.95"} 11.500' in lines
+    assert 'laketide_writer_lag_seconds{stream="pa",group="g"} 12.250' in lines
+    assert 'laketide_backlog_files{stream="pa",group="g"} 3' in lines
     assert "# TYPE laketide_backlog_files gauge" in lines
-    assert 'laketide_batches_committed_total{stream="a",group="g"} 0' in before.splitlines()
-    assert 'laketide_batches_committed_total{stream="a",group="g"} 2' in lines
-    assert 'laketide_rows_committed_total{stream="a",group="g"} 980' in lines
-    assert 'laketide_rejects_committed_total{stream="a",group="g"} 20' in lines
-    assert 'laketide_batch_seconds_total{stream="a",group="g"} 4.000' in lines
-    assert 'laketide_last_batch_seconds{stream="a",group="g"} 1.500' in lines
+    assert 'laketide_batches_committed_total{stream="pa",group="g"} 0' in before.splitlines()
+    assert 'laketide_batches_committed_total{stream="pa",group="g"} 2' in lines
+    assert 'laketide_rows_committed_total{stream="pa",group="g"} 980' in lines
+    assert 'laketide_rejects_committed_total{stream="pa",group="g"} 20' in lines
+    assert 'laketide_batch_seconds_total{stream="pa",group="g"} 4.000' in lines
+    assert 'laketide_last_batch_seconds{stream="pa",group="g"} 1.500' in lines
     # a batch that moved no watermark keeps the last one
-    assert 'laketide_watermark_timestamp_seconds{stream="a",group="g"} 1795319999.000' in lines
-    (last,) = [line for line in lines if line.startswith('laketide_last_commit_timestamp_seconds{stream="a"')]
+    assert 'laketide_watermark_timestamp_seconds{stream="pa",group="g"} 1795319999.000' in lines
+    (last,) = [line for line in lines if line.startswith('laketide_last_commit_timestamp_seconds{stream="pa"')]
     assert abs(float(last.split()[-1]) - time.time()) < 60
     assert "# TYPE laketide_rows_committed_total counter" in lines
-    assert 'laketide_batches_committed_total{stream="b",group="g"} 0' in lines  # counters start at 0
-    assert not any(line.startswith('laketide_last_commit_timestamp_seconds{stream="b"') for line in lines)  # none yet
+    assert 'laketide_batches_committed_total{stream="pb",group="g"} 0' in lines  # counters start at 0
+    assert not any(line.startswith('laketide_last_commit_timestamp_seconds{stream="pb"') for line in lines)  # none yet
 
 
 def test_thresholds_alert_once_per_crossing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
