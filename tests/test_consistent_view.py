@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from laketide.ingest.inspection import Reason, inspect
 from laketide.ingest.landing import publish
 from laketide.ingest.late_files import LateFiles, too_old_files
 from laketide.lake.catalog import load_catalog
-from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, file_stat
+from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, content_hash, file_stat, source_positions
 from laketide.lake.hours import partition_key
 from tests.helpers import config_env, ingest, kill_group, load, start_writer, unique_catalog, write_config, writer_log
 
@@ -146,6 +147,26 @@ def test_changed_after_ingest_says_what_the_line_reader_read(tmp_path: Path) -> 
     assert f"the writer read its first {two} bytes, 2 record(s)" in finding.detail
 
 
+def test_a_file_rewritten_with_its_old_size_and_time_is_changed_after_ingest(tmp_path: Path) -> None:
+    """``rsync -t`` or ``cp -p`` of an edited copy: same size, old modification time put back; the content hash the
+    writer recorded tells it."""
+    path = audited(tmp_path, "20261121T20-p-00000001-00000000.jsonl", [line(1), line(2)])
+    st = path.stat()
+    recorded = replace(file_stat(path), content=content_hash(path, st.st_size))
+    assert recorded.content is not None
+    assert [f for f in inspect(tmp_path, {path.name: recorded}).findings if f.reason == Reason.CHANGED] == []
+    edited = path.read_bytes().replace(line(2), line(3))
+    assert len(edited) == st.st_size and edited != path.read_bytes()
+    path.write_bytes(edited)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert file_stat(path) == recorded  # size and time alone no longer tell it
+    (finding,) = [f for f in inspect(tmp_path, {path.name: recorded}).findings if f.reason == Reason.CHANGED]
+    assert finding.blocking and "same size" in finding.detail and "other content" in finding.detail, finding
+    assert f"{recorded.content:016x} at ingest" in finding.detail
+    # a commit recorded before hashes existed: nothing to compare, nothing reported
+    assert [f for f in inspect(tmp_path, {path.name: file_stat(path)}).findings if f.reason == Reason.CHANGED] == []
+
+
 def test_audit_records_are_read_after_the_data_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file published while the landing zone is read: its audit record is renamed in before it, so the records
     read after the listing hold it (read before, the file had none: 'no audit', a false alarm)."""
@@ -246,17 +267,30 @@ def test_a_batch_under_way_and_a_commit_between_the_reads_are_no_mismatch(
     after = reconcile(config, stream)
     assert after.ok and [(p.audit, p.lake, p.rejects) for p in after.partitions] == [(12, 9, 3)]
 
+    # the writer recorded each file's content hash: a file rewritten in place with its size and time kept is named
+    recorded = source_positions(load_catalog(config.catalog).load_table(stream.table))
+    assert recorded[first.name] is not None and recorded[first.name].content == \
+        content_hash(first, first.stat().st_size), recorded
+    st, data = first.stat(), first.read_bytes()
+    changed = data.replace(b'"/p"', b'"/q"', 1)
+    assert changed != data and len(changed) == len(data)
+    first.write_bytes(changed)
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rewritten = reconcile(config, stream)
+    assert not rewritten.ok and any(first.name in p and "other content" in p for p in rewritten.problems()), \
+        rewritten.problems()
+
 
 # -- reconciliation in a loop beside a live writer ----------------------------------------------------------------
 
 
-def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = False,
+def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = False, runs_wanted: int | None = None,
                                  ) -> tuple[int, int, list[str], Path]:
     """A real writer (continuous, 1 s trigger) and the real producer landing files for ``seconds``, reconciliation
     run in this process meanwhile, again and again: returns the runs, the runs that saw files not ingested yet,
     every problem reported (each one a false alarm) and the configuration. The writer is stopped and has caught
     up when it returns. ``last_hours``: reconcile the current and the previous hour only (``--start``), a cheaper
-    run whose reads race the writer the same way."""
+    run whose reads race the writer the same way. ``runs_wanted``: stop after that many runs (before ``seconds``)."""
     config_path = write_config(home, trigger_interval="1s", max_files_per_trigger=20)
     config = load(config_path)
     stream = config.stream("clicks")
@@ -280,7 +314,7 @@ def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = 
             assert writer.poll() is None and time.monotonic() < deadline, writer_log(config_path)[-5000:]
             time.sleep(0.5)
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        while time.monotonic() < end and (runs_wanted is None or runs < runs_wanted):
             hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
             report = reconcile(config, stream, [hour - timedelta(hours=1), hour] if last_hours else None)
             runs += 1
@@ -304,8 +338,14 @@ def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = 
 @pytest.mark.slow
 def test_reconcile_in_a_loop_beside_a_live_writer_raises_no_false_alarm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    runs, pending, alarms, config_path = reconcile_beside_live_writer(tmp_path, 60)
+    # LAKETIDE_RECONCILE_RUNS=1000: a soak of that many runs (of the current and previous hour, the cheaper run that
+    # races the writer the same way) instead of one minute of full runs
+    wanted = int(os.environ.get("LAKETIDE_RECONCILE_RUNS") or 0)
+    runs, pending, alarms, config_path = (
+        reconcile_beside_live_writer(tmp_path, 4 * 3600, last_hours=True, runs_wanted=wanted) if wanted
+        else reconcile_beside_live_writer(tmp_path, 60))
     assert alarms == [], alarms
+    assert runs >= wanted, (runs, wanted)
     # about one run a second here when the machine is idle, one in five under a heavy load; most runs see files the
     # writer has not taken yet: the race the pinning is for
     assert runs >= 10 and pending >= 3, (runs, pending)

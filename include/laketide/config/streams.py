@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from laketide.config.markers import DoneMarkersConfig
+from laketide.config.upsert import UpsertConfig, check_upsert
 from laketide.config.values import (
     _IDENT,
     _absolute,
@@ -106,6 +107,9 @@ class StreamConfig(_Strict):
     #: what consumers outside Airflow get when an hour of the stream closes or re-closes: a marker file, an HTTP
     #: POST, a callable (see laketide.close.markers); none by default
     done_markers: DoneMarkersConfig | None = None
+    #: keyed, changing data: each change is kept in ``table`` (the change log) and merged into ``upsert.table``, one
+    #: row per key (see laketide.config.upsert); none: an append stream
+    upsert: UpsertConfig | None = None
 
     @field_validator("trigger_interval", "idle_window", "max_future", "max_clock_skew", "max_file_age",
                      "source_log_retention", mode="before")
@@ -206,6 +210,11 @@ class StreamConfig(_Strict):
                 f"({as_written(self.trigger_interval)}); "
                 "the writer commits at most once per trigger, so every hour would look stalled (a gap): "
                 "use several trigger intervals")
+        if self.upsert is not None:
+            check_upsert(self.upsert, self.fields, self.table, self.rejects_table, self.event_id_field)
+            if self.dedupe_on_write:
+                raise ValueError("dedupe_on_write: an upsert stream's merge keeps one row per key already; a change "
+                                 "arriving twice changes nothing: set dedupe_on_write: false")
         if _inside(self.checkpoint_path, self.landing_path) or _inside(self.landing_path, self.checkpoint_path):
             raise ValueError(
                 f"checkpoint_path: {str(self.checkpoint_path)!r} overlaps landing_path {str(self.landing_path)!r}; "

@@ -22,7 +22,9 @@ import os
 import time
 from pathlib import Path
 
-POINTS = ("batch_start", "before_commit", "between_tables", "after_commit")
+POINTS = ("batch_start", "before_commit", "between_tables", "after_commit",
+          # an upsert stream's merge (laketide.ingest.merge_sink), after the change log's commit
+          "before_tombstones", "before_merge", "after_merge")
 
 
 def armed(point: str, batch_id: int, stream: str = "") -> str | None:

@@ -157,6 +157,7 @@ class Application(Watch):
 
     def start(self, w: Writer) -> None:
         """Take the stream's lease and start its query; a refusal leaves it waiting or failed, never raises."""
+        from laketide.ingest.merge_sink import ensure_upsert_tables
         from laketide.ingest.runner import preflight, start, stop_file
         from laketide.ingest.tables import ensure_tables
 
@@ -184,6 +185,8 @@ class Application(Watch):
             def create_tables() -> None:
                 self.pool.reopen()
                 ensure_tables(self.spark, self.config, stream)
+                if stream.upsert:
+                    ensure_upsert_tables(self.spark, self.config, stream)
 
             sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
                           self.config.catalog.retry_timeout)

@@ -34,7 +34,7 @@ from laketide.ingest.landing import (
     name_hour,
     split_lines,
 )
-from laketide.lake.commits import FileStat, file_stat
+from laketide.lake.commits import FileStat, content_hash, file_stat
 from laketide.lake.hours import partition_key
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class Reason(StrEnum):
     NO_AUDIT = "no audit"  # no usable audit record: its lines are expected nowhere
     COUNT = "audit count differs"  # the audit's records != the non-blank lines of the file
     HOURS = "not one hour"  # the file (or its audit) holds events of several hours, or of another hour
-    CHANGED = "changed after ingest"  # size or modification time differ from what the writer recorded
+    CHANGED = "changed after ingest"  # size, modification time or content differ from what the writer recorded
     DELETED = "deleted after ingest"  # ingested, no longer in data/
     NOT_DATA = "not a data file"  # its name does not end in '.jsonl' (UPPER.JSONL, notes.txt, x.jsonl.bak): never read
     TOO_OLD = "older than source_log_retention"  # not ingested, modified too long before the newest ingested file
@@ -241,6 +241,12 @@ def inspect(
         recorded = stats.get(name)
         if recorded is not None and recorded != stat:
             add(name, Reason.CHANGED, _changed(path, recorded, stat))
+        elif recorded is not None and recorded.content is not None and \
+                (now := content_hash(path, stat.size)) not in (None, recorded.content):
+            add(name, Reason.CHANGED, f"same size ({stat.size} bytes) and modification time as when the writer read "
+                f"it, other content (hash {recorded.content:016x} at ingest, {now:016x} now): it was rewritten and "
+                "its old modification time put back (rsync -t, cp -p of an edited copy); what changed is not in the "
+                "lake: publish the changed lines as a new file, or redo from the snapshot before its ingest")
         if hidden(name):
             add(name, Reason.HIDDEN, "names starting with '_' or '.' are never ingested (Spark's file source "
                 "skips them): publish it again under a contract name")

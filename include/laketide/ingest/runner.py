@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 from laketide.ingest.columns import LANDED_AT, SOURCE_SIZE
+from laketide.ingest.merge_sink import UpsertWriter
 from laketide.ingest.writer import BatchWriter
 
 log = logging.getLogger("laketide.ingest.runner")
@@ -71,7 +72,7 @@ def start(spark: SparkSession, config: LaketideConfig, stream: StreamConfig, mod
           commit_path: str = "internal", summary: dict[str, str] | None = None) -> StreamingQuery:
     writer = (
         extract(spark, stream, sizes=commit_path == "public").writeStream
-        .foreachBatch(BatchWriter(config, stream, commit_path, summary))
+        .foreachBatch((UpsertWriter if stream.upsert else BatchWriter)(config, stream, commit_path, summary))
         .option("checkpointLocation", str(stream.checkpoint_path))
         .queryName(f"laketide-{stream.name}")
     )

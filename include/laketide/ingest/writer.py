@@ -14,6 +14,7 @@ import json
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -32,13 +33,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 from laketide.ingest.inspection import audit_hours
+from laketide.ingest.landing import data_dir
 from laketide.ingest.long_lines import LongLine
 from laketide.ingest.rejects import rejected_rows
 from laketide.ingest.transforms import Validator
 from laketide.lake.internals import IcebergJvm, SqlitePool, batch_files, write_uncommitted
 
 log = logging.getLogger("laketide.ingest.writer")
-
+#: hashes landing files beside the batch's Spark work (one thread: the work is memory-bound)
+_HASHING = ThreadPoolExecutor(1, thread_name_prefix="laketide-hash")
 
 
 def choose_commit_path(wanted: CommitPath, reason: str | None) -> str:
@@ -263,6 +266,8 @@ class BatchWriter(PublicPath):
         self.validator.with_extra = events_table.schema().findField(EXTRA_COLUMN) is not None
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
+        # each file's content hash, read beside Spark's pass (from the page cache it just filled)
+        hashing = _HASHING.submit(commits.with_content, files.stats, data_dir(stream.landing_path))
         long = long_lines.find(stream, files.stats)  # reads nothing unless a file is above max_line_bytes
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
@@ -278,6 +283,7 @@ class BatchWriter(PublicPath):
         finally:
             if marked is not None:
                 marked.unpersist()
+            files.stats = hashing.result()
         try:
             self._commit(batch, batch_id, staged, dropped, events_marker, files, now, (started, planned), long)
         finally:

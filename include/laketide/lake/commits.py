@@ -6,7 +6,8 @@ Every commit laketide's writer makes carries its markers in the Iceberg snapshot
 ``laketide.writer-id``       the stable, configured writer id (not Spark's query id)
 ``laketide.batch-id``        the Structured Streaming micro-batch id
 ``laketide.source-files``    JSON list of the landing files of the batch (the source position), sorted
-``laketide.source-stats``    JSON list of ``[size, modification ms]`` of those files, in the same order
+``laketide.source-stats``    JSON list of ``[size, modification ms, content hash]`` of those files, in the same
+                             order (the hash: :func:`content_hash` of the bytes read; older commits have none)
 ``laketide.min-event-time``  earliest valid event time in the batch (ISO, UTC), absent if none
 ``laketide.max-event-time``  latest valid event time in the batch
 ``laketide.watermark``       the writer's high watermark: latest valid event time committed so far, each batch's
@@ -60,15 +61,44 @@ REDO_HINT = ("See docs/operations.md (checkpoint and table disagree): redo from 
 
 @dataclass(frozen=True)
 class FileStat:
-    """Size and modification time (ms since the epoch) of a landing file, as the writer recorded them."""
+    """Size and modification time (ms since the epoch) of a landing file, as the writer recorded them, and the
+    hash of its content when recorded (:func:`content_hash`; not part of equality: ``os.stat`` has none)."""
 
     size: int
     mtime_ms: int
+    content: int | None = field(default=None, compare=False)
 
 
 def file_stat(path: Path) -> FileStat:
     st = path.stat()
     return FileStat(st.st_size, st.st_mtime_ns // 1_000_000)
+
+
+def content_hash(path: Path, size: int) -> int | None:
+    """The 64-bit XXH3 hash of the first ``size`` bytes of ``path`` (what the writer read of it), None when it
+    cannot be read. A file rewritten with the same size and its old modification time put back (``rsync -t``,
+    ``cp -p`` of an edited copy) keeps its ``FileStat`` but not this."""
+    import mmap
+
+    import xxhash
+
+    try:
+        with path.open("rb") as f:
+            if size == 0:
+                return xxhash.xxh3_64_intdigest(b"")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                view = memoryview(data)
+                try:
+                    return xxhash.xxh3_64_intdigest(view[:size])
+                finally:
+                    view.release()
+    except (OSError, ValueError):
+        return None
+
+
+def with_content(stats: Mapping[str, FileStat], folder: Path) -> dict[str, FileStat]:
+    """``stats`` (landing file name -> stat) with the content hash of each file of ``folder`` added."""
+    return {name: replace(stat, content=content_hash(folder / name, stat.size)) for name, stat in stats.items()}
 
 
 
@@ -348,11 +378,15 @@ def summary_properties(
     }
     stats = getattr(source_files, "stats", None)
     if stats is not None and all(name in stats for name in names):
-        props[SOURCE_STATS] = json.dumps([[stats[n].size, stats[n].mtime_ms] for n in names], separators=(",", ":"))
+        props[SOURCE_STATS] = json.dumps([_stat_entry(stats[n]) for n in names], separators=(",", ":"))
     for key, value in (extra or {}).items():
         if value is not None:
             props[key] = str(value)
     return props
+
+
+def _stat_entry(stat: FileStat) -> list[int]:
+    return [stat.size, stat.mtime_ms] + ([] if stat.content is None else [stat.content])
 
 
 def source_position(summary: Mapping[str, str]) -> dict[str, FileStat | None]:
@@ -370,7 +404,7 @@ def source_position(summary: Mapping[str, str]) -> dict[str, FileStat | None]:
             stats = []
     if len(stats) != len(names):
         return dict.fromkeys(names)
-    return {n: FileStat(int(s[0]), int(s[1])) for n, s in zip(names, stats, strict=True)}
+    return {n: FileStat(*(int(v) for v in s[:3])) for n, s in zip(names, stats, strict=True)}
 
 
 def ingested_files(summaries: Iterable[Mapping[str, str]]) -> dict[str, FileStat | None]:

@@ -1,0 +1,105 @@
+"""A stream's ``upsert`` section: keyed, changing data merged into a table of its own.
+
+The stream's ``table`` stays what it is for every stream: an append table, hour-partitioned by
+``event_time_field`` (here the change time), that keeps every change (the change log: verified, closed and redone as
+for append streams). With ``upsert``, each batch is also merged into ``upsert.table``, one row per key: the newest
+change of each key by ``sequence_field`` (see ``laketide.ingest.merge_sink``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from laketide.config.values import _IDENT, _Strict, check_table_name, positive_duration
+
+#: the operation values a change's ``operation_field`` may hold, each read as an upsert or a delete (Debezium's
+#: ``c``/``u``/``d``/``r`` included: ``r`` is a snapshot read, loaded as an upsert)
+UPSERT_OPERATIONS = ("insert", "update", "upsert", "c", "u", "r", "I", "U")
+DELETE_OPERATIONS = ("delete", "d", "D")
+MergeMode = Literal["merge-on-read", "copy-on-write"]
+
+
+class UpsertConfig(_Strict):
+    """How a stream's changes are merged into a keyed table."""
+
+    #: the merged table: one row per key, the newest change of each (``namespace.table``)
+    table: str
+    #: the key: one or more required fields of the stream (the merged table's identifier fields)
+    primary_key: list[str] = Field(min_length=1)
+    #: orders the changes of one key: the change with the greater value wins (a version, an LSN, a change
+    #: timestamp). Ties: a delete wins over an insert or update, then the greater ``event_id_field`` (see
+    #: docs/configuration.md, upsert streams)
+    sequence_field: str
+    #: the field naming the change's operation (insert/update/delete, or c/u/d/r); its value is not stored in the
+    #: merged table
+    operation_field: str
+    #: how long a deleted key's tombstone is kept: within it, a change older than the delete that arrives late is
+    #: dropped; after it, such a change would bring the key back
+    tombstone_retention: timedelta = timedelta(days=7)
+    #: how a change to an existing row is written: position delete files plus new rows (merge-on-read: cheap
+    #: writes, compacted by maintenance), or the data files holding them rewritten (copy-on-write)
+    merge_mode: MergeMode = "merge-on-read"
+
+    @field_validator("tombstone_retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> timedelta:
+        return positive_duration(value)
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return check_table_name(value)
+
+    @field_validator("primary_key")
+    @classmethod
+    def _key(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _IDENT.fullmatch(name):
+                raise ValueError(f"primary_key: {name!r} is not a plain identifier")
+        if len(set(value)) != len(value):
+            raise ValueError(f"primary_key: {value} names a field twice")
+        return value
+
+
+def check_upsert(upsert: UpsertConfig, fields: dict[str, Any], table: str, rejects_table: str,
+                 event_id_field: str) -> None:
+    """The ``upsert`` section against its stream's fields and tables (raises ``ValueError`` naming what to fix)."""
+    known = sorted(fields)
+    for name in upsert.primary_key:
+        if name not in fields:
+            raise ValueError(f"upsert.primary_key: {name!r} is not one of fields {known}")
+        if not fields[name].required:
+            raise ValueError(f"upsert.primary_key: field {name!r} must be declared required: true (a change "
+                             "without its key cannot be merged)")
+        if fields[name].type in ("float", "double"):
+            raise ValueError(f"upsert.primary_key: field {name!r} is a {fields[name].type}: use a string, long or "
+                             "int key (floating-point values do not compare reliably)")
+    for key in ("sequence_field", "operation_field"):
+        name = getattr(upsert, key)
+        if name not in fields:
+            raise ValueError(f"upsert.{key}: {name!r} is not one of fields {known}")
+        if not fields[name].required:
+            raise ValueError(f"upsert.{key}: field {name!r} must be declared required: true")
+        if name in upsert.primary_key:
+            raise ValueError(f"upsert.{key}: {name!r} is part of primary_key; name another field")
+    if fields[upsert.operation_field].type != "string":
+        raise ValueError(f"upsert.operation_field: field {upsert.operation_field!r} must have type string")
+    if upsert.sequence_field == upsert.operation_field:
+        raise ValueError("upsert.operation_field: must be another field than sequence_field")
+    if fields[upsert.sequence_field].type in ("boolean", "string"):
+        raise ValueError(f"upsert.sequence_field: field {upsert.sequence_field!r} is a "
+                         f"{fields[upsert.sequence_field].type}: use a long, int or timestamp (a version, an LSN, "
+                         "a change time)")
+    if upsert.operation_field == event_id_field:
+        raise ValueError("upsert.operation_field: must be another field than event_id_field")
+    if upsert.table in (table, rejects_table):
+        raise ValueError(f"upsert.table: {upsert.table!r} is also the stream's change log or rejects table; name "
+                         "another table")
+
+
+def tombstones_table(upsert: UpsertConfig) -> str:
+    """The table of the deleted keys' tombstones, beside the merged table."""
+    return f"{upsert.table}__tombstones"

@@ -1,0 +1,290 @@
+"""The merge sink: an upsert stream's changes merged into its keyed table, after they are in its change log.
+
+An upsert stream (``upsert`` in its configuration, ``laketide.config.upsert``) keeps every change in the stream's
+``table``, the change log: an append table written by the exactly-once writer of every stream
+(``laketide.ingest.writer``), hour-partitioned by change time, verified and closed as any stream. The merged table
+(``upsert.table``) is derived from the change log, one row per key, after each batch's change-log commit:
+
+1. **What is new**: the change-log rows appended since the change-log snapshot the merged table's newest commit
+   names (``laketide.changelog-snapshot``), up to the change log's current snapshot: Iceberg's incremental read.
+2. **Fold**: the newest change per key, by :data:`ORDER` (the sequence field; on a tie a delete wins, then the greater
+   event id): a total order over changes, so the result does not depend on the order they landed in.
+3. **Tombstones first**: the folded deletes are merged into ``<table>__tombstones`` (key, sequence, event id), then
+4. **the merge** into the merged table: a change newer than the row replaces it (a delete removes it); a key with
+   no row gets the change unless it is a delete or older than the key's tombstone (a late insert of a deleted key
+   does not come back). The commit carries ``laketide.writer-id``, ``laketide.batch-id`` and the change-log
+   snapshot it applied through.
+
+**Exactly once** rests on two facts. The change log is written exactly once by the fenced writer. The merge is an
+idempotent fold (each key's row is the greatest change seen, a last-writer-wins register under a total order):
+applying a change twice, or an older one after a newer, changes nothing. So a batch killed anywhere is made whole
+by the next batch or start (it applies everything after the snapshot the merged table names), a zombie that merges
+after its replacement changes no row, and no marker walk is needed for correctness: the markers say what was
+applied, for the operator and the checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from laketide import logs
+from laketide.config import LaketideConfig, StreamConfig
+from laketide.config.upsert import DELETE_OPERATIONS, UpsertConfig, tombstones_table
+from laketide.ingest import faultpoints as faults
+from laketide.ingest import sink
+from laketide.ingest.columns import spark_type
+from laketide.ingest.writer import BatchWriter
+from laketide.lake import commits
+from laketide.lake.internals import gateway, iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("laketide.ingest.merge_sink")
+
+#: a folded change's columns beside the stream's fields: a delete (true) or an upsert
+DELETE = "_delete"
+#: the change-log snapshot a merged-table commit applied through, and the change-log rows it read
+APPLIED = "laketide.changelog-snapshot"
+CHANGES = "laketide.changes"
+DELETES = "laketide.deletes"
+
+
+def merged_columns(stream: StreamConfig) -> list[str]:
+    """The merged table's columns: the stream's fields but the operation."""
+    assert stream.upsert is not None
+    return [name for name in stream.fields if name != stream.upsert.operation_field]
+
+
+def _q(name: str) -> str:
+    return f"`{name}`"
+
+
+def is_delete(stream: StreamConfig) -> Column:
+    """True for a change whose operation deletes its key."""
+    from pyspark.sql import functions as F
+
+    assert stream.upsert is not None
+    return F.col(_q(stream.upsert.operation_field)).isin(*DELETE_OPERATIONS)
+
+
+def fold(changes: DataFrame, stream: StreamConfig) -> DataFrame:
+    """The newest change of each key among ``changes`` (rows of the change log): the merged table's columns and
+    :data:`DELETE`. Newest: the greatest sequence value; on a tie a delete, then the greatest event id."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    upsert = stream.upsert
+    assert upsert is not None
+    order = Window.partitionBy(*[_q(k) for k in upsert.primary_key]).orderBy(
+        F.col(_q(upsert.sequence_field)).desc(), F.col(DELETE).desc(), F.col(_q(stream.event_id_field)).desc())
+    return (changes.select(*[_q(c) for c in merged_columns(stream)], is_delete(stream).alias(DELETE))
+            .withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n"))
+
+
+def newer(stream: StreamConfig, change: str, row: str, delete: str) -> str:
+    """SQL: change ``change`` is newer than row ``row`` (a live row, or a tombstone when ``delete`` is 'true');
+    the order of :func:`fold`."""
+    upsert = stream.upsert
+    assert upsert is not None
+    seq, eid = _q(upsert.sequence_field), _q(stream.event_id_field)
+    c, r = change, row
+    return (f"({c}.{seq} > {r}.{seq} OR ({c}.{seq} = {r}.{seq} AND "
+            f"(({c}.{DELETE} AND NOT {delete}) OR ({c}.{DELETE} = {delete} AND {c}.{eid} > {r}.{eid}))))")
+
+
+# ---------------------------------------------------------------- tables
+
+
+def merged_properties(upsert: UpsertConfig) -> dict[str, str]:
+    return {
+        "format-version": "2",
+        "write.merge.mode": upsert.merge_mode, "write.update.mode": upsert.merge_mode,
+        "write.delete.mode": upsert.merge_mode,
+        "write.merge.isolation-level": "snapshot", "write.delete.isolation-level": "snapshot",
+        "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100",
+    }
+
+
+def ensure_upsert_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
+    """Create the merged table (the key's columns NOT NULL and its identifier fields) and the tombstones table of an
+    upsert stream unless they exist."""
+    upsert = stream.upsert
+    assert upsert is not None
+    cat = config.catalog.name
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{upsert.table.split('.')[0]}")
+
+    def column(name: str) -> str:
+        kind = spark_type(stream.fields[name].type).simpleString()
+        return f"{_q(name)} {kind}" + (" NOT NULL" if name in upsert.primary_key else "")
+
+    keys = ", ".join(_q(k) for k in upsert.primary_key)
+    for name, columns in (
+        (upsert.table, [column(c) for c in merged_columns(stream)]),
+        (tombstones_table(upsert), [column(c) for c in (*upsert.primary_key, upsert.sequence_field,
+                                                        stream.event_id_field)] + ["recorded_at timestamp"]),
+    ):
+        props = ", ".join(f"'{k}'='{v}'" for k, v in merged_properties(upsert).items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {cat}.{name} ({', '.join(columns)}) USING iceberg "
+                  f"TBLPROPERTIES ({props})")
+        if not list(iceberg_table(spark, f"{cat}.{name}").schema().identifierFieldNames()):
+            spark.sql(f"ALTER TABLE {cat}.{name} SET IDENTIFIER FIELDS {keys}")
+
+
+# ---------------------------------------------------------------- the merge
+
+
+def applied_through(table: Any) -> int | None:
+    """The change-log snapshot the newest merge into the Java ``table`` applied through (None: none yet)."""
+    table.refresh()
+    snap = table.currentSnapshot()
+    while snap is not None:
+        summary = snap.summary()
+        if summary is not None and summary.get(APPLIED) is not None:
+            return int(summary.get(APPLIED))
+        parent = snap.parentId()
+        snap = None if parent is None else table.snapshot(parent)
+    return None
+
+
+class _Call:
+    """A py4j ``Callable`` running a Python function (Iceberg's ``CommitMetadata`` runs it with the properties set)."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # handed back to the caller, which re-raises it
+            self.error = exc
+            raise
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+def with_properties(spark: SparkSession, props: dict[str, str], run: Any) -> None:
+    """Run ``run`` (Spark SQL writes) so that the Iceberg commits it makes carry ``props`` in their summary."""
+    jvm, _ = gateway(spark)
+    jmap = jvm.java.util.HashMap()
+    for key, value in props.items():
+        jmap.put(key, value)
+    call = _Call(run)
+    try:
+        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+            jmap, call, jvm.java.lang.Class.forName("java.lang.RuntimeException"))
+    except Exception:
+        if call.error is not None:
+            raise call.error from None
+        raise
+
+
+class MergeSink:
+    """Applies an upsert stream's change log to its merged table (see the module's description)."""
+
+    def __init__(self, config: LaketideConfig, stream: StreamConfig) -> None:
+        assert stream.upsert is not None
+        self.config = config
+        self.stream = stream
+        self.upsert = stream.upsert
+        self.prefix = config.catalog.name
+
+    def catch_up(self, spark: SparkSession, batch_id: int) -> int:
+        """Merge every change-log row not yet applied; returns the changes read (0: the merged table was current)."""
+        stream, upsert = self.stream, self.upsert
+        changelog = iceberg_table(spark, f"{self.prefix}.{stream.table}")
+        head = changelog.currentSnapshot()
+        if head is None:
+            return 0
+        target = int(head.snapshotId())
+        merged = iceberg_table(spark, f"{self.prefix}.{upsert.table}")
+        applied = applied_through(merged)
+        if applied == target:
+            return 0
+        started = time.monotonic()
+        reader = spark.read.format("iceberg")
+        if applied is None:
+            changes = reader.option("snapshot-id", target).load(f"{self.prefix}.{stream.table}")
+        else:
+            changes = (reader.option("start-snapshot-id", applied).option("end-snapshot-id", target)
+                       .load(f"{self.prefix}.{stream.table}"))
+        folded = fold(changes, stream).localCheckpoint()  # one read of the change log for both merges
+        counts = folded.groupBy(DELETE).count().collect()
+        deletes = sum(int(r["count"]) for r in counts if r[DELETE])
+        total = sum(int(r["count"]) for r in counts)
+        props = {commits.WRITER_ID: stream.writer_id, commits.BATCH_ID: str(batch_id), APPLIED: str(target),
+                 CHANGES: str(total), DELETES: str(deletes)}
+        view = f"laketide_changes_{stream.name.replace('-', '_').replace('.', '_')}"
+        folded.createOrReplaceTempView(view)
+        try:
+            if deletes:
+                faults.maybe_pause("before_tombstones", batch_id, stream.name)
+                with_properties(spark, props, lambda: spark.sql(self._tombstones_sql(view)))
+            faults.maybe_pause("before_merge", batch_id, stream.name)
+            with_properties(spark, props, lambda: spark.sql(self._merge_sql(view)))
+        finally:
+            spark.catalog.dropTempView(view)
+            folded.unpersist()
+        faults.maybe_pause("after_merge", batch_id, stream.name)
+        log.info("batch %d merged into %s: %d key(s) changed, %d deleted, through change-log snapshot %d (%.2fs)",
+                 batch_id, upsert.table, total - deletes, deletes, target, time.monotonic() - started)
+        return total
+
+    def _keys_match(self, left: str, right: str) -> str:
+        return " AND ".join(f"{left}.{_q(k)} = {right}.{_q(k)}" for k in self.upsert.primary_key)
+
+    def _tombstones_sql(self, view: str) -> str:
+        """Each folded delete becomes its key's tombstone unless the tombstone there is newer."""
+        upsert, stream = self.upsert, self.stream
+        cols = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
+        source = f"(SELECT {', '.join(_q(c) for c in cols)}, current_timestamp() AS recorded_at FROM {view} " \
+                 f"WHERE {DELETE})"
+        sets = ", ".join(f"t.{_q(c)} = c.{_q(c)}" for c in cols[len(upsert.primary_key):])
+        return (
+            f"MERGE INTO {self.prefix}.{tombstones_table(upsert)} t USING (SELECT *, true AS {DELETE} FROM {source}) c "
+            f"ON {self._keys_match('t', 'c')} "
+            f"WHEN MATCHED AND {newer(stream, 'c', 't', 'true')} THEN UPDATE SET {sets}, t.recorded_at = c.recorded_at "
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(_q(c) for c in cols)}, recorded_at) "
+            f"VALUES ({', '.join('c.' + _q(c) for c in cols)}, c.recorded_at)"
+        )
+
+    def _merge_sql(self, view: str) -> str:
+        """The folded changes into the merged table: newer than the row (or than the key's tombstone) only."""
+        upsert, stream = self.upsert, self.stream
+        cols = merged_columns(stream)
+        tomb = f"{self.prefix}.{tombstones_table(upsert)}"
+        # a change at or before its key's tombstone is dropped (a delete equal to it is this batch's own: kept)
+        source = (
+            f"(SELECT c.* FROM {view} c LEFT JOIN (SELECT *, true AS {DELETE} FROM {tomb}) d "
+            f"ON {self._keys_match('c', 'd')} WHERE d.{_q(upsert.primary_key[0])} IS NULL OR "
+            f"{newer(stream, 'c', 'd', 'true')} OR (c.{DELETE} AND c.{_q(upsert.sequence_field)} = "
+            f"d.{_q(upsert.sequence_field)} AND c.{_q(stream.event_id_field)} = d.{_q(stream.event_id_field)}))"
+        )
+        sets = ", ".join(f"t.{_q(c)} = c.{_q(c)}" for c in cols if c not in upsert.primary_key)
+        return (
+            f"MERGE INTO {self.prefix}.{upsert.table} t USING {source} c ON {self._keys_match('t', 'c')} "
+            f"WHEN MATCHED AND c.{DELETE} AND {newer(stream, 'c', 't', 'false')} THEN DELETE "
+            f"WHEN MATCHED AND NOT c.{DELETE} AND {newer(stream, 'c', 't', 'false')} THEN UPDATE SET {sets} "
+            f"WHEN NOT MATCHED AND NOT c.{DELETE} THEN INSERT ({', '.join(_q(c) for c in cols)}) "
+            f"VALUES ({', '.join('c.' + _q(c) for c in cols)})"
+        )
+
+
+class UpsertWriter(BatchWriter):
+    """An upsert stream's batch: the change log's exactly-once commit (the writer of every stream), then the merge
+    of what the merged table has not applied yet (this batch's changes, and any a killed run left)."""
+
+    def __init__(self, config: LaketideConfig, stream: StreamConfig, commit_path: str = "internal",
+                 summary: dict[str, str] | None = None) -> None:
+        super().__init__(config, stream, commit_path, summary)
+        self.merge = MergeSink(config, stream)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        super().__call__(batch, batch_id)
+        with logs.for_stream(self.stream.name):
+            sink.retrying(f"merge of batch {batch_id} of {self.stream.name}",
+                          lambda: self.merge.catch_up(batch.sparkSession, batch_id), self.timeout)

@@ -1,0 +1,157 @@
+"""Upsert streams: changes kept in the change log, merged into a keyed table as the fold of every change.
+
+Real Spark, real Iceberg tables, the real writer application (``tests.helpers.ingest``, and the writer process for
+the kill points); the expected table is a fold of the landed changes computed here in plain Python.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laketide.config.upsert import DELETE_OPERATIONS
+from laketide.ingest.landing import publish
+from laketide.ingest.merge_sink import APPLIED
+from laketide.lake.catalog import load_catalog
+from laketide.lake.hours import partition_key
+from tests.helpers import ingest, kill_group, load, start_writer, unique_catalog, write_config, writer_log
+
+pytestmark = pytest.mark.slow
+
+H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
+FIELDS = {
+    "change_id": {"type": "string", "required": True},
+    "changed_at": {"type": "timestamp", "required": True},
+    "account_id": {"type": "string", "required": True},
+    "version": {"type": "long", "required": True},
+    "op": {"type": "string", "required": True},
+    "balance": {"type": "long"},
+    "status": {"type": "string"},
+}
+UPSERT = {"table": "lake.accounts", "primary_key": ["account_id"], "sequence_field": "version",
+          "operation_field": "op"}
+
+
+def upsert_config(home: Path, catalog: str | None = None, **overrides: Any) -> Path:
+    return write_config(
+        home, catalog_name=catalog or unique_catalog("upsert"), table="lake.account_changes",
+        rejects_table="lake.account_changes_rejects", event_time_field="changed_at", event_id_field="change_id",
+        fields=FIELDS, upsert=UPSERT, **overrides)
+
+
+def change(account: str, version: int, op: str = "u", balance: int | None = None, minute: int = 1,
+           hour: datetime = H0, status: str | None = None, cid: str | None = None) -> dict[str, Any]:
+    return {"change_id": cid or f"{account}-{version}-{op}", "account_id": account, "version": version, "op": op,
+            "changed_at": (hour + timedelta(minutes=minute)).isoformat(), "balance": balance, "status": status}
+
+
+class Landing:
+    """Publishes change files into a stream's landing zone and remembers every change it published."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.seq = 0
+        self.changes: list[dict[str, Any]] = []
+
+    def land(self, changes: Iterable[dict[str, Any]], hour: datetime = H0, producer: str = "db") -> None:
+        rows = list(changes)
+        self.seq += 1
+        publish(self.root, [json.dumps(r) for r in rows], partition_key(hour), producer, self.seq, "accounts")
+        self.changes += rows
+
+
+def fold(changes: Iterable[dict[str, Any]]) -> dict[str, tuple[int, int | None, str | None]]:
+    """The expected merged table: per key the greatest change by (version, delete, change id); live keys only."""
+    newest: dict[str, tuple[tuple[int, bool, str], dict[str, Any]]] = {}
+    for c in changes:
+        order = (c["version"], c["op"] in DELETE_OPERATIONS, c["change_id"])
+        if c["account_id"] not in newest or order > newest[c["account_id"]][0]:
+            newest[c["account_id"]] = (order, c)
+    return {k: (c["version"], c["balance"], c["status"]) for k, (order, c) in newest.items() if not order[1]}
+
+
+def merged(config_path: Path) -> dict[str, tuple[int, int | None, str | None]]:
+    """The merged table's rows (asserting one row per key)."""
+    config = load(config_path)
+    rows = load_catalog(config.catalog).load_table("lake.accounts").scan().to_arrow().to_pylist()
+    keys = [r["account_id"] for r in rows]
+    assert len(keys) == len(set(keys)), f"a key twice in the merged table: {sorted(keys)}"
+    return {r["account_id"]: (r["version"], r["balance"], r["status"]) for r in rows}
+
+
+def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path) -> None:
+    config_path = upsert_config(tmp_path)
+    stream = load(config_path).stream("clicks")
+    landing = Landing(stream.landing_path)
+    # many changes to one key in one batch, out of order; a duplicate change; spread over two hours
+    landing.land([change("a", 1, "c", 10), change("a", 3, "u", 30), change("a", 2, "u", 20),
+                  change("b", 1, "c", 5), change("c", 1, "c", 7)])
+    landing.land([change("a", 3, "u", 30), change("b", 2, "u", 6, minute=59)])
+    landing.land([change("d", 1, "r", 100, hour=H0 + timedelta(hours=1))], hour=H0 + timedelta(hours=1))
+    ingest(spark, config_path)
+    assert merged(config_path) == fold(landing.changes) == {
+        "a": (3, 30, None), "b": (2, 6, None), "c": (1, 7, None), "d": (1, 100, None)}
+
+    # a delete before the insert it follows (e: delete v5 lands first, its insert v4 later: e stays deleted); an older
+    # update after a newer one (b v1 again); delete and update of one version: the delete wins; a key deleted, then
+    # inserted again with a newer version
+    landing.land([change("e", 5, "d"), change("a", 4, "d"), change("c", 2, "u", 8), change("c", 2, "d")])
+    ingest(spark, config_path)
+    landing.land([change("e", 4, "c", 40), change("b", 1, "u", 999, cid="b-again"), change("a", 5, "c", 55),
+                  change("a", 2, "u", 22, cid="a-late")])
+    ingest(spark, config_path)
+    assert merged(config_path) == fold(landing.changes) == {
+        "a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None)}
+
+    # every change is in the change log, hour-partitioned by change time, with the usual markers
+    config = load(config_path)
+    catalog = load_catalog(config.catalog)
+    log_rows = catalog.load_table("lake.account_changes").scan().to_arrow()
+    assert log_rows.num_rows == len(landing.changes)
+    tombstones = {r["account_id"]: r["version"] for r in
+                  catalog.load_table("lake.accounts__tombstones").scan().to_arrow().to_pylist()}
+    assert tombstones == {"a": 4, "c": 2, "e": 5}
+    snapshot = catalog.load_table("lake.accounts").current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    head = catalog.load_table("lake.account_changes").current_snapshot()
+    assert head is not None and snapshot.summary[APPLIED] == str(head.snapshot_id)
+    assert snapshot.summary["laketide.writer-id"] == stream.writer_id
+    assert "merged into lake.accounts" in writer_log(config_path)
+
+    # nothing new: a run applies nothing and commits nothing to the merged table
+    ingest(spark, config_path)
+    assert catalog.load_table("lake.accounts").current_snapshot().snapshot_id == snapshot.snapshot_id  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("point", ["after_commit", "before_merge", "after_merge"])
+def test_a_writer_killed_in_an_upsert_batch_leaves_the_fold(tmp_path: Path, point: str) -> None:
+    """The real writer process SIGKILLed after the change log's commit, before the merge and after it (before the
+    checkpoint): the restarted writer leaves the merged table equal to the fold, every change logged once."""
+    config_path = upsert_config(tmp_path, catalog="laketide")
+    stream = load(config_path).stream("clicks")
+    landing = Landing(stream.landing_path)
+    landing.land([change("a", 1, "c", 1), change("b", 1, "c", 1)])
+    first = start_writer(config_path)
+    assert first.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
+    landing.land([change("a", 2, "u", 2), change("b", 2, "d"), change("c", 1, "c", 3)])
+    faults = tmp_path / "faults"
+    writer = start_writer(config_path, LAKETIDE_FAULT=f"{point}:1", LAKETIDE_FAULT_DIR=str(faults))
+    reached = faults / f"{point}-1.reached"
+    deadline = time.monotonic() + 300
+    while not reached.exists():
+        assert writer.poll() is None and time.monotonic() < deadline, writer_log(config_path)[-3000:]
+        time.sleep(0.2)
+    kill_group(writer)
+    landing.land([change("c", 2, "u", 4), change("b", 1, "c", 9, cid="b-late")])
+    again = start_writer(config_path)
+    assert again.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
+    assert merged(config_path) == fold(landing.changes) == {"a": (2, 2, None), "c": (2, 4, None)}
+    config = load(config_path)
+    log_rows = load_catalog(config.catalog).load_table("lake.account_changes").scan().to_arrow()
+    assert sorted(log_rows.column("change_id").to_pylist()) == sorted(c["change_id"] for c in landing.changes)
