@@ -285,6 +285,12 @@ class UpsertWriter(BatchWriter):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         super().__call__(batch, batch_id)
+        spark = batch.sparkSession
+        sqlite = self.iceberg(spark).sqlite
+
+        def attempt() -> int:
+            sqlite.reopen()  # the catalog's pooled SQLite connections may hold an old read snapshot (see internals)
+            return self.merge.catch_up(spark, batch_id)
+
         with logs.for_stream(self.stream.name):
-            sink.retrying(f"merge of batch {batch_id} of {self.stream.name}",
-                          lambda: self.merge.catch_up(batch.sparkSession, batch_id), self.timeout)
+            sink.retrying(f"merge of batch {batch_id} of {self.stream.name}", attempt, self.timeout)
