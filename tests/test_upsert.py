@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
+from laketide.config import load_config
 from laketide.config.upsert import DELETE_OPERATIONS
+from laketide.errors import ConfigError
 from laketide.ingest.landing import publish
 from laketide.ingest.merge_sink import APPLIED
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
 from tests.helpers import ingest, kill_group, load, start_writer, unique_catalog, write_config, writer_log
-
-pytestmark = pytest.mark.slow
 
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
 FIELDS = {
@@ -39,10 +39,10 @@ UPSERT = {"table": "lake.accounts", "primary_key": ["account_id"], "sequence_fie
 
 
 def upsert_config(home: Path, catalog: str | None = None, **overrides: Any) -> Path:
-    return write_config(
-        home, catalog_name=catalog or unique_catalog("upsert"), table="lake.account_changes",
-        rejects_table="lake.account_changes_rejects", event_time_field="changed_at", event_id_field="change_id",
-        fields=FIELDS, upsert=UPSERT, **overrides)
+    settings = {"table": "lake.account_changes", "rejects_table": "lake.account_changes_rejects",
+                "event_time_field": "changed_at", "event_id_field": "change_id", "fields": FIELDS, "upsert": UPSERT,
+                **overrides}
+    return write_config(home, catalog_name=catalog or unique_catalog("upsert"), **settings)
 
 
 def change(account: str, version: int, op: str = "u", balance: int | None = None, minute: int = 1,
@@ -85,6 +85,41 @@ def merged(config_path: Path) -> dict[str, tuple[int, int | None, str | None]]:
     return {r["account_id"]: (r["version"], r["balance"], r["status"]) for r in rows}
 
 
+@pytest.mark.parametrize(("upsert", "fields", "named"), [
+    ({"primary_key": ["nope"]}, {}, "upsert.primary_key: 'nope' is not one of fields"),
+    ({"primary_key": []}, {}, "upsert.primary_key"),
+    ({"primary_key": ["balance"]}, {}, "upsert.primary_key: field 'balance' must be declared required: true"),
+    ({"sequence_field": "status"}, {"status": {"type": "string", "required": True}},
+     "upsert.sequence_field: field 'status' is a string: use a long, int or timestamp"),
+    ({"sequence_field": "account_id"}, {}, "upsert.sequence_field: 'account_id' is part of primary_key"),
+    ({"operation_field": "version"}, {}, "upsert.operation_field: field 'version' must have type string"),
+    ({"operation_field": "op"}, {"op": {"type": "string", "required": True, "values": ["c", "merge"]}},
+     "values ['merge'] of field 'op' are no operation laketide knows"),
+    ({"table": "lake.account_changes"}, {}, "upsert.table: 'lake.account_changes' is also the stream's change log"),
+    ({"tombstone_retention": "-1d"}, {}, "upsert.tombstone_retention: must be a positive duration"),
+    ({"merge_mode": "sometimes"}, {}, "upsert.merge_mode"),
+    ({"primary_key": ["account_id"], "unknown": 1}, {}, "upsert.unknown"),
+])
+def test_a_bad_upsert_section_names_what_to_fix(tmp_path: Path, upsert: dict[str, Any], fields: dict[str, Any],
+                                                named: str) -> None:
+    config_path = write_config(
+        tmp_path, table="lake.account_changes", rejects_table="lake.account_changes_rejects",
+        event_time_field="changed_at", event_id_field="change_id", fields={**FIELDS, **fields},
+        upsert={**UPSERT, **upsert})
+    with pytest.raises(ConfigError) as err:
+        load_config(config_path, environ={})
+    assert named in str(err.value), str(err.value)
+
+
+def test_dedupe_on_write_and_values_of_a_non_string_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="dedupe_on_write: an upsert stream's merge keeps one row per key"):
+        load_config(upsert_config(tmp_path, dedupe_on_write=True), environ={})
+    bad = {**FIELDS, "version": {"type": "long", "required": True, "values": ["1"]}}
+    with pytest.raises(ConfigError, match="only a string field has a list of values"):
+        load_config(upsert_config(tmp_path, fields=bad), environ={})
+
+
+@pytest.mark.slow
 def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path) -> None:
     config_path = upsert_config(tmp_path)
     stream = load(config_path).stream("clicks")
@@ -94,9 +129,13 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
                   change("b", 1, "c", 5), change("c", 1, "c", 7)])
     landing.land([change("a", 3, "u", 30), change("b", 2, "u", 6, minute=59)])
     landing.land([change("d", 1, "r", 100, hour=H0 + timedelta(hours=1))], hour=H0 + timedelta(hours=1))
+    # a change whose operation is none laketide knows is rejected, by name, and changes nothing
+    publish(stream.landing_path, [json.dumps(change("a", 9, "merge", 0))], partition_key(H0), "db", 99, "accounts")
     ingest(spark, config_path)
     assert merged(config_path) == fold(landing.changes) == {
         "a": (3, 30, None), "b": (2, 6, None), "c": (1, 7, None), "d": (1, 100, None)}
+    rejects = load_catalog(load(config_path).catalog).load_table("lake.account_changes_rejects").scan().to_arrow()
+    assert [r.split(": not one of")[0] for r in rejects.column("reason").to_pylist()] == ["field 'op' is 'merge'"]
 
     # a delete before the insert it follows (e: delete v5 lands first, its insert v4 later: e stays deleted); an older
     # update after a newer one (b v1 again); delete and update of one version: the delete wins; a key deleted, then
@@ -113,7 +152,7 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     config = load(config_path)
     catalog = load_catalog(config.catalog)
     log_rows = catalog.load_table("lake.account_changes").scan().to_arrow()
-    assert log_rows.num_rows == len(landing.changes)
+    assert log_rows.num_rows == len(landing.changes)  # the rejected change is not there
     tombstones = {r["account_id"]: r["version"] for r in
                   catalog.load_table("lake.accounts__tombstones").scan().to_arrow().to_pylist()}
     assert tombstones == {"a": 4, "c": 2, "e": 5}
@@ -129,6 +168,7 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     assert catalog.load_table("lake.accounts").current_snapshot().snapshot_id == snapshot.snapshot_id  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["after_commit", "before_merge", "after_merge"])
 def test_a_writer_killed_in_an_upsert_batch_leaves_the_fold(tmp_path: Path, point: str) -> None:
     """The real writer process SIGKILLed after the change log's commit, before the merge and after it (before the

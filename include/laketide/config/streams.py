@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from laketide.config.markers import DoneMarkersConfig
-from laketide.config.upsert import UpsertConfig, check_upsert
+from laketide.config.upsert import DELETE_OPERATIONS, UPSERT_OPERATIONS, UpsertConfig, check_upsert
 from laketide.config.values import (
     _IDENT,
     _absolute,
@@ -37,6 +37,14 @@ class FieldSpec(_Strict):
 
     type: FieldType
     required: bool = False
+    #: the values a string field may hold (any other is rejected: "field 'x' is 'v': not one of ..."); none: any
+    values: list[str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _values(self) -> FieldSpec:
+        if self.values is not None and self.type != "string":
+            raise ValueError(f"values: only a string field has a list of values (this one is a {self.type})")
+        return self
 
 
 class StreamConfig(_Strict):
@@ -220,6 +228,16 @@ class StreamConfig(_Strict):
                 f"checkpoint_path: {str(self.checkpoint_path)!r} overlaps landing_path {str(self.landing_path)!r}; "
                 "keep the checkpoint outside the landing zone (e.g. {home}/checkpoints/<stream>)")
         return self
+
+    def allowed_values(self, name: str) -> tuple[str, ...] | None:
+        """The values field ``name`` may hold (its ``values``; an upsert stream's operation field: the operations),
+        None when any value is accepted."""
+        spec = self.fields[name]
+        if spec.values is not None:
+            return tuple(spec.values)
+        if self.upsert is not None and name == self.upsert.operation_field:
+            return UPSERT_OPERATIONS + DELETE_OPERATIONS
+        return None
 
     @property
     def namespace(self) -> str:

@@ -87,6 +87,11 @@ def check_upsert(upsert: UpsertConfig, fields: dict[str, Any], table: str, rejec
             raise ValueError(f"upsert.{key}: {name!r} is part of primary_key; name another field")
     if fields[upsert.operation_field].type != "string":
         raise ValueError(f"upsert.operation_field: field {upsert.operation_field!r} must have type string")
+    unknown = sorted(set(fields[upsert.operation_field].values or ()) - set(UPSERT_OPERATIONS + DELETE_OPERATIONS))
+    if unknown:
+        raise ValueError(f"upsert.operation_field: values {unknown} of field {upsert.operation_field!r} are no "
+                         f"operation laketide knows: upserts {list(UPSERT_OPERATIONS)}, deletes "
+                         f"{list(DELETE_OPERATIONS)}")
     if upsert.sequence_field == upsert.operation_field:
         raise ValueError("upsert.operation_field: must be another field than sequence_field")
     if fields[upsert.sequence_field].type in ("boolean", "string"):

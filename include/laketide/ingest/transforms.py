@@ -158,7 +158,19 @@ class Parsed:
                 valid = valid & ~self.unreadable(name)
         if self.stream.unknown_fields == "reject":
             valid = valid & ~self.has_unknown()
+        for name in self.stream.fields:
+            if (outside := self.outside_values(name)) is not None:
+                valid = valid & ~outside
         return valid & one_object(self.raw)
+
+    def outside_values(self, name: str) -> Column | None:
+        """Field ``name`` holds a value its allowed values (``StreamConfig.allowed_values``) do not name; None when
+        it has none."""
+        allowed = self.stream.allowed_values(name)
+        if allowed is None:
+            return None
+        value = self.field(name)
+        return value.isNotNull() & ~value.isin(*allowed)
 
     def reason(self) -> Column:
         """First problem of a line that ``valid`` refuses, or null for a valid line.
@@ -199,6 +211,11 @@ class Parsed:
         for name, spec in stream.fields.items():
             if spec.required:
                 checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
+        for name in stream.fields:
+            if (outside := self.outside_values(name)) is not None:
+                allowed = ", ".join(stream.allowed_values(name) or ())
+                checks.append(F.when(outside, F.concat(F.lit(f"field {name!r} is '"), self.field(name),
+                                                       F.lit(f"': not one of {allowed}"))))
         if stream.unknown_fields == "reject":
             checks.append(F.when(self.has_unknown(), F.concat(
                 F.lit("unknown field(s) "), F.array_join(F.transform(self.unknown_keys(), lambda k: F.concat(
