@@ -207,17 +207,21 @@ class MergeSink:
             return 0
         started = time.monotonic()
         reader = spark.read.format("iceberg")
+        jvm, _ = gateway(spark)
+        if applied is not None and not jvm.org.apache.iceberg.util.SnapshotUtil.isAncestorOf(
+                changelog, target, applied):
+            # the change log was rolled back (a redo) past what the merged table applied: rebuilt from the log
+            log.warning("the merged table %s applied change-log snapshot %d, which is not in the change log's "
+                        "history any more (a redo rolled it back): rebuilding it from the change log", upsert.table,
+                        applied)
+            return self.rebuild(spark, target, batch_id)
         if applied is None:
             changes = reader.option("snapshot-id", target).load(f"{self.prefix}.{stream.table}")
         else:
             changes = (reader.option("start-snapshot-id", applied).option("end-snapshot-id", target)
                        .load(f"{self.prefix}.{stream.table}"))
         folded = fold(changes, stream).localCheckpoint()  # one read of the change log for both merges
-        counts = folded.groupBy(DELETE).count().collect()
-        deletes = sum(int(r["count"]) for r in counts if r[DELETE])
-        total = sum(int(r["count"]) for r in counts)
-        props = {commits.WRITER_ID: stream.writer_id, commits.BATCH_ID: str(batch_id), APPLIED: str(target),
-                 CHANGES: str(total), DELETES: str(deletes)}
+        total, deletes, props = self._figures(folded, batch_id, target)
         view = f"laketide_changes_{stream.name.replace('-', '_').replace('.', '_')}"
         folded.createOrReplaceTempView(view)
         try:
@@ -232,6 +236,38 @@ class MergeSink:
         faults.maybe_pause("after_merge", batch_id, stream.name)
         log.info("batch %d merged into %s: %d key(s) changed, %d deleted, through change-log snapshot %d (%.2fs)",
                  batch_id, upsert.table, total - deletes, deletes, target, time.monotonic() - started)
+        return total
+
+    def _figures(self, folded: DataFrame, batch_id: int, target: int) -> tuple[int, int, dict[str, str]]:
+        """The folded changes and deletes, and the summary properties of the commits applying them."""
+        counts = folded.groupBy(DELETE).count().collect()
+        deletes = sum(int(r["count"]) for r in counts if r[DELETE])
+        total = sum(int(r["count"]) for r in counts)
+        props = {commits.WRITER_ID: self.stream.writer_id, commits.BATCH_ID: str(batch_id), APPLIED: str(target),
+                 CHANGES: str(total), DELETES: str(deletes)}
+        return total, deletes, props
+
+    def rebuild(self, spark: SparkSession, target: int, batch_id: int) -> int:
+        """Replace the merged table and the tombstones with the fold of the whole change log at snapshot ``target``
+        (after a redo rolled the change log back): what a fresh replay of the change log gives."""
+        from pyspark.sql import functions as F
+
+        stream, upsert = self.stream, self.upsert
+        changes = spark.read.format("iceberg").option("snapshot-id", target).load(f"{self.prefix}.{stream.table}")
+        folded = fold(changes, stream).localCheckpoint()
+        total, deletes, props = self._figures(folded, batch_id, target)
+        options = {f"snapshot-property.{k}": v for k, v in props.items()}
+        tomb_columns = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
+        try:
+            (folded.where(F.col(DELETE)).select(*[_q(c) for c in tomb_columns],
+                                                F.current_timestamp().alias("recorded_at"))
+             .writeTo(f"{self.prefix}.{tombstones_table(upsert)}").options(**options).overwrite(F.lit(True)))
+            (folded.where(~F.col(DELETE)).select(*[_q(c) for c in merged_columns(stream)])
+             .writeTo(f"{self.prefix}.{upsert.table}").options(**options).overwrite(F.lit(True)))
+        finally:
+            folded.unpersist()
+        log.info("merged table %s rebuilt from the change log through snapshot %d: %d live key(s), %d tombstone(s)",
+                 upsert.table, target, total - deletes, deletes)
         return total
 
     def _keys_match(self, left: str, right: str) -> str:

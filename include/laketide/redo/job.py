@@ -308,6 +308,10 @@ def _redo(config: LaketideConfig, spark: SparkSession, stream: StreamConfig, req
     log.info("re-ingesting %d landed file(s) of %s from batch %s", len(plan.reingest), stream.name,
              0 if plan.batch_id is None else plan.batch_id + 1)
     run_held(config, stream, "incremental", lease, spark, {REDO_ID: request.run_id})
+    if stream.upsert is not None:  # re-ingested nothing: the merged table still follows the change log rolled back
+        from laketide.ingest.merge_sink import MergeSink
+
+        MergeSink(config, stream).catch_up(spark, -1)
 
     events, rejects = load_table(config, stream.table), load_table(config, stream.rejects_table)
     assert events is not None

@@ -115,6 +115,13 @@ def validate_request(config: LaketideConfig, kind: Kind, stream: object, start: 
     streams = [s.name for s in config.streams]
     if name not in streams:
         raise ActionRequestError(f"stream: unknown stream {name!r}; configured streams are {streams}")
+    upsert = config.stream(name).upsert
+    if upsert is not None:
+        raise ActionRequestError(
+            f"stream: {name!r} is an upsert stream: a {kind} would rewrite hours of its change log under the merged "
+            f"table {upsert.table}, which is the fold of every change, so the two would no longer agree. Use a "
+            "redo from a snapshot instead (the laketide_redo DAG, or ./laketide redo): it rolls the change log back, "
+            "re-ingests what landed since and rebuilds the merged table from the change log.")
     first, stop = _hour("start", start), _hour("end", end)
     if first >= stop:
         raise ActionRequestError(f"start {first.isoformat()} must be before end {stop.isoformat()} (the range is "
