@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from laketide.close.verify import verify_partition
 from laketide.config import load_config
 from laketide.config.upsert import DELETE_OPERATIONS
 from laketide.errors import ConfigError
@@ -183,12 +184,23 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     # rolled back and re-ingested, the merged table rebuilt from it: what a fresh replay gives
     from pyiceberg.expressions import EqualTo
 
+    verified = verify_partition(config, stream, H0)
+    assert verified.success, verified.message()
     catalog.load_table("lake.accounts").delete(EqualTo("account_id", "a"))
+    # the close's verification compares the merged table with the fold of the change log: the damage is named
+    damaged = verify_partition(config, stream, H0)
+    assert not damaged.success and any("1 key(s) live in the change log but missing" in f and "e.g. a" in f
+                                       for f in damaged.failures), damaged.failures
+    tampered = catalog.load_table("lake.accounts")
+    tampered.append(tampered.scan(row_filter=EqualTo("account_id", "b")).to_arrow())
+    twice = verify_partition(config, stream, H0)
+    assert any("1 key(s) held more than once" in f for f in twice.failures), twice.failures
     first = catalog.load_table("lake.account_changes").metadata.snapshots[0].snapshot_id
     assert redo(config_path, "--snapshot-id", str(first), "--dry-run", "false", "--run-id", "upsert-redo",
                 "--user", "alice") == 0, redo_log(config_path)
     assert "rebuilding it from the change log" in redo_log(config_path)
     assert merged(config_path) == fold(landing.changes) == {"a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None)}
+    assert verify_partition(config, stream, H0).success
     catalog = load_catalog(config.catalog)
     assert catalog.load_table("lake.account_changes").scan().to_arrow().num_rows == len(landing.changes)
     # the rebuilt tombstones are those of the deleted keys (a tombstone under a newer live row, as 'a' had, does

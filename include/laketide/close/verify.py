@@ -48,6 +48,7 @@ from laketide.close.hourscan import (
     record_batches,
     reject_counts,
 )
+from laketide.close.merged_check import check_merged
 from laketide.close.results import VerifiedPartition, balance
 from laketide.close.view import pin
 from laketide.config import LaketideConfig, StreamConfig
@@ -233,10 +234,9 @@ def _ingested_elsewhere(table: Table, files: set[str], snapshot_id: int | None) 
 
 def summary_columns(stream: StreamConfig) -> dict[str, tuple[str, str | None]]:
     """The hour summary's columns and, for each, the row-level check it stands for and its column."""
-    columns: dict[str, tuple[str, str | None]] = {
-        "rows": ("expect_table_row_count_to_equal", None),
-        f"duplicated_{stream.event_id_field}": ("expect_column_values_to_be_unique", stream.event_id_field),
-    }
+    columns: dict[str, tuple[str, str | None]] = {"rows": ("expect_table_row_count_to_equal", None)}
+    if stream.upsert is None:  # an upsert stream's change log keeps a change landed twice: its merge folds it away
+        columns[f"duplicated_{stream.event_id_field}"] = ("expect_column_values_to_be_unique", stream.event_id_field)
     columns.update({f"null_{name}": ("expect_column_values_to_not_be_null", name)
                     for name, spec in stream.fields.items() if spec.required})
     columns[f"outside_{stream.event_time_field}"] = ("expect_column_values_to_be_between", stream.event_time_field)
@@ -372,6 +372,9 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     payload = result.to_json_dict()
     failures = [failure_line(r, audit, rejects, found) for r in payload.get("results", []) if not r.get("success")]
     failures += [f"landing file {f.line()}" for f in findings if f.blocking]
+    merged = check_merged(config, stream) if stream.upsert is not None else None  # the keyed table: its own check
+    if merged is not None:
+        failures += merged.failures()
     payload.setdefault("meta", {})["laketide"] = {
         "stream": stream.name, "table": stream.table, "partition": key, "snapshot_id": snapshot_id,
         "audit": audit, "lake": found.rows, "rejects": rejects, "duplicates": duplicates,
@@ -379,11 +382,13 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
         "examples": {"duplicated": found.duplicates.examples, "outside": found.outside_examples},
         "data_files": found.files,
         "pending_files": sorted(pending),
+        "merged": None if merged is None else merged.line(),
         "findings": [{"file": f.file, "reason": str(f.reason), "detail": f.detail, "hours": list(f.hours),
                       "blocking": f.blocking} for f in findings],
     }
     return Verification(
-        stream=stream.name, partition=start, success=bool(result.success) and not any(f.blocking for f in findings),
+        stream=stream.name, partition=start,
+        success=bool(result.success) and not any(f.blocking for f in findings) and (merged is None or merged.ok),
         audit=audit, lake=found.rows, rejects=rejects, pending_files=len(pending), snapshot_id=snapshot_id,
         failures=failures, results_path=save_result(config, stream, start, payload),
         findings=[f.line() for f in findings], duplicates=duplicates, pending_names=sorted(pending),
