@@ -154,12 +154,16 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     # update after a newer one (b v1 again); delete and update of one version: the delete wins; a key deleted, then
     # inserted again with a newer version
     landing.land([change("e", 5, "d"), change("a", 4, "d"), change("c", 2, "u", 8), change("c", 2, "d")])
+    # a full load (snapshot reads, 'r') of f and g at the source's version 10, then changes overlapping it: f's
+    # change at version 5 is older than the loaded row (ignored), g's at 11 newer (applied)
+    landing.land([change("f", 10, "r", 1000, status="loaded"), change("g", 10, "r", 2000, status="loaded")],
+                 producer="load")
     ingest(spark, config_path)
     landing.land([change("e", 4, "c", 40), change("b", 1, "u", 999, cid="b-again"), change("a", 5, "c", 55),
-                  change("a", 2, "u", 22, cid="a-late")])
+                  change("a", 2, "u", 22, cid="a-late"), change("f", 5, "u", 5), change("g", 11, "u", 2001)])
     ingest(spark, config_path)
     assert merged(config_path) == fold(landing.changes) == {
-        "a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None)}
+        "a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None), "f": (10, 1000, "loaded"), "g": (11, 2001, None)}
 
     # every change is in the change log, hour-partitioned by change time, with the usual markers
     config = load(config_path)
@@ -199,7 +203,8 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     assert redo(config_path, "--snapshot-id", str(first), "--dry-run", "false", "--run-id", "upsert-redo",
                 "--user", "alice") == 0, redo_log(config_path)
     assert "rebuilding it from the change log" in redo_log(config_path)
-    assert merged(config_path) == fold(landing.changes) == {"a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None)}
+    assert merged(config_path) == fold(landing.changes) == {
+        "a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None), "f": (10, 1000, "loaded"), "g": (11, 2001, None)}
     assert verify_partition(config, stream, H0).success
     catalog = load_catalog(config.catalog)
     assert catalog.load_table("lake.account_changes").scan().to_arrow().num_rows == len(landing.changes)
