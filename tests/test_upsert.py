@@ -241,3 +241,53 @@ def test_a_writer_killed_in_an_upsert_batch_leaves_the_fold(tmp_path: Path, poin
     config = load(config_path)
     log_rows = load_catalog(config.catalog).load_table("lake.account_changes").scan().to_arrow()
     assert sorted(log_rows.column("change_id").to_pylist()) == sorted(c["change_id"] for c in landing.changes)
+
+
+DEBEZIUM_FIELDS = {
+    "change_id": {"type": "string", "required": True},
+    "changed_at": {"type": "timestamp", "required": True},
+    "account_id": {"type": "string", "required": True},
+    "lsn": {"type": "long", "required": True},
+    "op": {"type": "string", "required": True},
+    "balance": {"type": "long"},
+    "opened_at": {"type": "timestamp"},
+}
+
+
+def envelope(account: str, lsn: int, op: str, balance: int | None = None, wrapped: bool = False) -> str:
+    """A Debezium change event (PostgreSQL connector, JSON converter) of row ``account``."""
+    row = {"account_id": account, "balance": balance, "opened_at": 1_763_600_000_000_000}  # MicroTimestamp
+    ts = int((H0 + timedelta(minutes=5)).timestamp() * 1000) + lsn
+    event = {"before": row if op == "d" else None, "after": None if op == "d" else row, "op": op, "ts_ms": ts,
+             "source": {"connector": "postgresql", "lsn": lsn, "ts_ms": ts - 3, "db": "bank", "table": "accounts"}}
+    return json.dumps({"schema": {"type": "struct"}, "payload": event} if wrapped else event)
+
+
+@pytest.mark.slow
+def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Path) -> None:
+    config_path = upsert_config(tmp_path, fields=DEBEZIUM_FIELDS,
+                                upsert={**UPSERT, "sequence_field": "lsn", "format": "debezium"})
+    config = load(config_path)
+    stream = config.stream("clicks")
+    lines = [envelope("a", 10, "r", 100), envelope("b", 11, "r", 200, wrapped=True), envelope("a", 30, "u", 130),
+             envelope("a", 20, "u", 120),  # older than the update at 30: ignored
+             envelope("b", 40, "d", 200), envelope("c", 50, "c", 5, wrapped=True),
+             envelope("c", 60, "t"),  # a truncate: no operation laketide applies
+             '{"not": "an envelope"}']
+    publish(stream.landing_path, lines, partition_key(H0), "pg", 1, "accounts")
+    landed_again = [envelope("c", 50, "c", 5, wrapped=True), envelope("b", 35, "u", 999)]  # a retry; an older b
+    publish(stream.landing_path, landed_again, partition_key(H0), "pg", 2, "accounts")
+    ingest(spark, config_path)
+    catalog = load_catalog(config.catalog)
+    rows = {r["account_id"]: r for r in catalog.load_table("lake.accounts").scan().to_arrow().to_pylist()}
+    assert {k: (r["lsn"], r["balance"]) for k, r in rows.items()} == {"a": (30, 130), "c": (50, 5)}
+    assert rows["a"]["opened_at"].replace(tzinfo=UTC) == datetime.fromtimestamp(1_763_600_000, UTC)  # from micros
+    changes = catalog.load_table("lake.account_changes").scan().to_arrow().to_pylist()
+    assert len(changes) == 8  # every envelope but the two rejected lines, the retry included
+    assert {c["op"] for c in changes} == {"r", "u", "d", "c"}
+    assert all(c["changed_at"].replace(tzinfo=UTC) >= H0 + timedelta(minutes=5) for c in changes)
+    retry = [c["change_id"] for c in changes if c["account_id"] == "c"]
+    assert len(retry) == 2 and retry[0] == retry[1]  # the same event landed twice: the same change id
+    rejects = catalog.load_table("lake.account_changes_rejects").scan().to_arrow().column("reason").to_pylist()
+    assert sorted(r.split(":")[0] for r in rejects) == ["field 'op' is 't'", "missing required field 'change_id'"]
+    assert verify_partition(config, stream, H0).success

@@ -39,6 +39,9 @@ class UpsertConfig(_Strict):
     #: how long a deleted key's tombstone is kept: within it, a change older than the delete that arrives late is
     #: dropped; after it, such a change would bring the key back
     tombstone_retention: timedelta = timedelta(days=7)
+    #: how changes are written: flat lines of the stream's fields ("rows"), or Debezium's change-event envelope
+    #: ("debezium": the record in after/before, op, ts_ms, source; see laketide.ingest.debezium)
+    format: Literal["rows", "debezium"] = "rows"
     #: how a change to an existing row is written: position delete files plus new rows (merge-on-read: cheap
     #: writes, compacted by maintenance), or the data files holding them rewritten (copy-on-write)
     merge_mode: MergeMode = "merge-on-read"

@@ -45,7 +45,7 @@ def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> D
                F.col("_metadata.file_modification_time").alias(LANDED_AT)]
     if sizes:
         columns.append(F.col("_metadata.file_size").alias(SOURCE_SIZE))
-    return (
+    lines = (
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", stream.max_files_per_trigger)
         .option("pathGlobFilter", f"*{DATA_SUFFIX}")
@@ -54,6 +54,11 @@ def extract(spark: SparkSession, stream: StreamConfig, sizes: bool = False) -> D
         .load(str(folder))
         .select(*columns)
     )
+    if stream.upsert is not None and stream.upsert.format == "debezium":  # read as the flat change lines
+        from laketide.ingest.debezium import flat_line
+
+        lines = lines.withColumn("value", flat_line(F.col("value"), stream))
+    return lines
 
 
 def preflight(config: LaketideConfig, stream: StreamConfig) -> None:

@@ -1,0 +1,86 @@
+"""Debezium's change-event envelope, read as a flat change line (an upsert stream with ``format: debezium``).
+
+A Debezium change event (JSON converter, with or without its ``schema``/``payload`` wrapper) is::
+
+    {"before": {...} | null, "after": {...} | null, "op": "c" | "u" | "d" | "r", "ts_ms": 1732770000123,
+     "source": {"lsn": 24023128, "ts_ms": 1732770000100, ...}}
+
+:func:`flat_line` turns each landing line into the flat change line an upsert stream of ``format: rows`` lands:
+the record's fields from ``after`` (``before`` for a delete), and the fields laketide fills itself:
+
+* ``operation_field``: the envelope's ``op``;
+* ``event_time_field`` (the change time, which decides the change's hour): the envelope's ``ts_ms``;
+* ``event_id_field``: a hash of the line (the same event landed twice has the same id);
+* ``sequence_field``, when the record does not hold it: the ``source`` block's field of that name (``lsn`` for
+  PostgreSQL), else the envelope's field of that name (``ts_ms``).
+
+A line that is not such an envelope is passed on as it is: the validation then rejects it with its reason (its
+key, operation, change time are missing). The writer validates, rejects and commits the flat line; the landing file
+keeps the original.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from laketide.ingest.columns import spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+    from laketide.config import StreamConfig
+
+#: how a change time is written into the flat line (the strict timestamp pattern of the landing contract)
+ISO_MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+
+
+def filled(stream: StreamConfig) -> tuple[str, str, str]:
+    """The fields laketide fills from the envelope: operation, change time, change id."""
+    upsert = stream.upsert
+    assert upsert is not None
+    return upsert.operation_field, stream.event_time_field, stream.event_id_field
+
+
+def envelope_schema(stream: StreamConfig) -> str:
+    """The Spark DDL of a Debezium envelope whose record holds the stream's fields (timestamps read as text: Debezium
+    writes them as ISO text or as numbers since the epoch)."""
+    row = ", ".join(
+        f"`{name}`: {'string' if spec.type == 'timestamp' else spark_type(spec.type).simpleString()}"
+        for name, spec in stream.fields.items() if name not in filled(stream))
+    body = f"before: struct<{row}>, after: struct<{row}>, op: string, ts_ms: long, source: map<string, string>"
+    return f"struct<payload: struct<{body}>, {body}>"
+
+
+def flat_line(value: Column, stream: StreamConfig) -> Column:
+    """The flat change line of a Debezium envelope ``value`` (see the module), or ``value`` itself when it is none."""
+    from pyspark.sql import functions as F
+
+    upsert = stream.upsert
+    assert upsert is not None
+    parsed = F.from_json(value, envelope_schema(stream), {"mode": "PERMISSIVE"})
+    def event(part: str) -> Column:  # a part of the envelope, in its payload wrapper or not
+        return F.coalesce(parsed["payload"][part], parsed[part])
+
+    op = event("op")
+    record = F.when(op == "d", event("before")).otherwise(event("after"))
+    operation, change_time, change_id = filled(stream)
+    columns = []
+    for name, spec in stream.fields.items():
+        if name in (operation, change_time, change_id):
+            continue
+        field = record[name]
+        if name == upsert.sequence_field:
+            kind = "string" if spec.type == "timestamp" else spark_type(spec.type)
+            field = F.coalesce(field, event("source")[name].cast(kind),
+                               F.get_json_object(value, f"$.{name}").cast(kind),
+                               F.get_json_object(value, f"$.payload.{name}").cast(kind))
+        if spec.type == "timestamp":  # ISO text stays; a number is microseconds since the epoch (MicroTimestamp)
+            field = F.when(field.rlike(r"^-?\d+$"), F.date_format(F.timestamp_micros(field.cast("long")), ISO_MICROS)
+                           ).otherwise(field)
+        columns.append(field.alias(name))
+    flat = F.struct(
+        *columns, op.alias(operation),
+        F.date_format(F.timestamp_millis(event("ts_ms")), ISO_MICROS).alias(change_time),
+        F.lower(F.hex(F.xxhash64(value))).alias(change_id),
+    )
+    return F.when(op.isNotNull() & record.isNotNull(), F.to_json(flat, {"ignoreNullFields": "true"})).otherwise(value)
