@@ -9,10 +9,10 @@ An upsert stream (``upsert`` in its configuration, ``laketide.config.upsert``) k
    names (``laketide.changelog-snapshot``), up to the change log's current snapshot: Iceberg's incremental read.
 2. **Fold**: the newest change per key, by :data:`ORDER` (the sequence field; on a tie a delete wins, then the greater
    event id): a total order over changes, so the result does not depend on the order they landed in.
-3. **Tombstones first**: the folded deletes are merged into ``<table>__tombstones`` (key, sequence, event id), then
+3. **Tombstones first**: the folded deletes are appended to ``<table>__tombstones`` (key, sequence, event id), then
 4. **the merge** into the merged table: a change newer than the row replaces it (a delete removes it); a key with
-   no row gets the change unless it is a delete or older than the key's tombstone (a late insert of a deleted key
-   does not come back). The commit carries ``laketide.writer-id``, ``laketide.batch-id`` and the change-log
+   no row gets the change unless it is a delete or older than one of the key's tombstones (a late insert of a
+   deleted key does not come back). The commit carries ``laketide.writer-id``, ``laketide.batch-id`` and the change-log
    snapshot it applied through.
 
 **Exactly once** rests on two facts. The change log is written exactly once by the fenced writer. The merge is an
@@ -222,20 +222,24 @@ class MergeSink:
                        .load(f"{self.prefix}.{stream.table}"))
         folded = fold(changes, stream).localCheckpoint()  # one read of the change log for both merges
         total, deletes, props = self._figures(folded, batch_id, target)
+        folded_at = time.monotonic()
         view = f"laketide_changes_{stream.name.replace('-', '_').replace('.', '_')}"
         folded.createOrReplaceTempView(view)
         try:
             if deletes:
                 faults.maybe_pause("before_tombstones", batch_id, stream.name)
-                with_properties(spark, props, lambda: spark.sql(self._tombstones_sql(view)))
+                self._tombstones(spark, view, props)
+            tombstoned_at = time.monotonic()
             faults.maybe_pause("before_merge", batch_id, stream.name)
             with_properties(spark, props, lambda: spark.sql(self._merge_sql(view)))
         finally:
             spark.catalog.dropTempView(view)
             folded.unpersist()
         faults.maybe_pause("after_merge", batch_id, stream.name)
-        log.info("batch %d merged into %s: %d key(s) changed, %d deleted, through change-log snapshot %d (%.2fs)",
-                 batch_id, upsert.table, total - deletes, deletes, target, time.monotonic() - started)
+        done = time.monotonic()
+        log.info("batch %d merged into %s: %d key(s) changed, %d deleted, through change-log snapshot %d (fold %.2fs, "
+                 "tombstones %.2fs, merge %.2fs; %.2fs)", batch_id, upsert.table, total - deletes, deletes, target,
+                 folded_at - started, tombstoned_at - folded_at, done - tombstoned_at, done - started)
         return total
 
     def _figures(self, folded: DataFrame, batch_id: int, target: int) -> tuple[int, int, dict[str, str]]:
@@ -273,32 +277,27 @@ class MergeSink:
     def _keys_match(self, left: str, right: str) -> str:
         return " AND ".join(f"{left}.{_q(k)} = {right}.{_q(k)}" for k in self.upsert.primary_key)
 
-    def _tombstones_sql(self, view: str) -> str:
-        """Each folded delete becomes its key's tombstone unless the tombstone there is newer."""
+    def _tombstones(self, spark: SparkSession, view: str, props: dict[str, str]) -> None:
+        """The folded deletes appended to the tombstones table (a key may have several: the newest one counts; an
+        append costs a fraction of a merge)."""
+        from pyspark.sql import functions as F
+
         upsert, stream = self.upsert, self.stream
         cols = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
-        source = f"(SELECT {', '.join(_q(c) for c in cols)}, current_timestamp() AS recorded_at FROM {view} " \
-                 f"WHERE {DELETE})"
-        sets = ", ".join(f"t.{_q(c)} = c.{_q(c)}" for c in cols[len(upsert.primary_key):])
-        return (
-            f"MERGE INTO {self.prefix}.{tombstones_table(upsert)} t USING (SELECT *, true AS {DELETE} FROM {source}) c "
-            f"ON {self._keys_match('t', 'c')} "
-            f"WHEN MATCHED AND {newer(stream, 'c', 't', 'true')} THEN UPDATE SET {sets}, t.recorded_at = c.recorded_at "
-            f"WHEN NOT MATCHED THEN INSERT ({', '.join(_q(c) for c in cols)}, recorded_at) "
-            f"VALUES ({', '.join('c.' + _q(c) for c in cols)}, c.recorded_at)"
-        )
+        (spark.table(view).where(F.col(DELETE)).select(*[_q(c) for c in cols],
+                                                        F.current_timestamp().alias("recorded_at"))
+         .writeTo(f"{self.prefix}.{tombstones_table(upsert)}")
+         .options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
 
     def _merge_sql(self, view: str) -> str:
-        """The folded changes into the merged table: newer than the row (or than the key's tombstone) only."""
+        """The folded changes into the merged table: newer than the row, and than every tombstone of the key."""
         upsert, stream = self.upsert, self.stream
         cols = merged_columns(stream)
         tomb = f"{self.prefix}.{tombstones_table(upsert)}"
-        # a change at or before its key's tombstone is dropped (a delete equal to it is this batch's own: kept)
+        # a change older than one of its key's tombstones is dropped (a delete equal to one is kept: it is that one)
         source = (
-            f"(SELECT c.* FROM {view} c LEFT JOIN (SELECT *, true AS {DELETE} FROM {tomb}) d "
-            f"ON {self._keys_match('c', 'd')} WHERE d.{_q(upsert.primary_key[0])} IS NULL OR "
-            f"{newer(stream, 'c', 'd', 'true')} OR (c.{DELETE} AND c.{_q(upsert.sequence_field)} = "
-            f"d.{_q(upsert.sequence_field)} AND c.{_q(stream.event_id_field)} = d.{_q(stream.event_id_field)}))"
+            f"(SELECT c.* FROM {view} c LEFT ANTI JOIN (SELECT *, true AS {DELETE} FROM {tomb}) d "
+            f"ON {self._keys_match('c', 'd')} AND {newer(stream, 'd', 'c', f'c.{DELETE}')})"
         )
         sets = ", ".join(f"t.{_q(c)} = c.{_q(c)}" for c in cols if c not in upsert.primary_key)
         return (

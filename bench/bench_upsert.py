@@ -1,0 +1,259 @@
+"""Benchmark: laketide's upsert writer against Iceberg's own ``MERGE INTO`` in ``foreachBatch``, and the cost of one
+batch as the merged table grows.
+
+Part 1, throughput (same session, same batches, same table layout). One landed input of change lines (``--changes``
+changes to ``--keys`` keys in ``--files`` files: inserts, updates out of order, deletes), read by two Structured
+Streaming pipelines with ``trigger(availableNow=True)`` and the same ``maxFilesPerTrigger``, in one ``local[2]``
+SparkSession:
+
+``laketide``
+    the upsert stream's writer (``laketide.ingest.runner.start``): every line validated, the change log committed
+    exactly once (fenced, with its markers), then the fold and the merge into the keyed table (``merge_sink``).
+``merge``
+    the bare path a user would write: ``from_json`` of each line with the stream's schema, each batch folded to one
+    change per key (``row_number`` over the key by sequence: ``MERGE INTO`` refuses two source rows for one target
+    row) and merged by ``MERGE INTO`` with the same conditions, into a table created with the same properties.
+
+Each round runs both in rotated order into fresh tables; rows/s = changes / wall seconds; both merged tables must
+equal the fold of the input (checked). Part 2, growth: one batch of ``--batch-keys`` changes merged by the
+merge sink into a merged table of 100k rows and one of ``--big-rows`` rows (alternated, median of
+``--growth-rounds``); the ratio big / small is the figure (target <= 3).
+
+Run from the repository root::
+
+    .venv/bin/python bench/bench_upsert.py                               # defaults: 400,000 changes, 10M rows
+    .venv/bin/python bench/bench_upsert.py --changes 40000 --big-rows 1000000 --rounds 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from laketide.config import LaketideConfig  # noqa: E402
+from laketide.config.upsert import DELETE_OPERATIONS  # noqa: E402
+from laketide.ingest import landing, merge_sink, runner, tables  # noqa: E402
+from laketide.ingest.columns import record_schema  # noqa: E402
+from laketide.lake.hours import partition_key  # noqa: E402
+from tests.helpers import load, write_config  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
+FIELDS = {
+    "change_id": {"type": "string", "required": True},
+    "changed_at": {"type": "timestamp", "required": True},
+    "account_id": {"type": "string", "required": True},
+    "version": {"type": "long", "required": True},
+    "op": {"type": "string", "required": True},
+    "balance": {"type": "long"},
+    "status": {"type": "string"},
+}
+TARGET_RATIO, TARGET_GROWTH = 0.9, 3.0
+
+
+def generate(landing_path: Path, changes: int, keys: int, files: int, seed: int = 5) -> dict[str, tuple[int, bool]]:
+    """Land ``changes`` change lines in ``files`` files; return the fold: key -> (version, deleted)."""
+    rng = random.Random(seed)
+    versions = dict.fromkeys(range(keys), 0)
+    newest: dict[str, tuple[int, bool, str]] = {}
+    per_file = changes // files
+    for f in range(files):
+        hour = H0 + timedelta(hours=f * 4 // files)
+        lines = []
+        for i in range(per_file):
+            key = rng.randrange(keys)
+            versions[key] += 1
+            version = versions[key] - (rng.random() < 0.05)  # one in twenty a step behind: out of order
+            op = "c" if version <= 1 else ("d" if rng.random() < 0.05 else "u")
+            cid = f"{key}-{version}-{f}-{i}"
+            account = f"acct-{key:08d}"
+            lines.append(json.dumps({
+                "change_id": cid, "changed_at": (hour + timedelta(seconds=i % 3600)).isoformat(),
+                "account_id": account, "version": version, "op": op, "balance": rng.randrange(10**6),
+                "status": rng.choice(("active", "frozen", "closed"))}))
+            order = (version, op in DELETE_OPERATIONS, cid)
+            if account not in newest or order > newest[account]:
+                newest[account] = order
+        landing.publish(landing_path, lines, partition_key(hour), "bench", f + 1, "accounts")
+    return {k: (v[0], v[1]) for k, v in newest.items()}
+
+
+def expected_live(fold: dict[str, tuple[int, bool]]) -> dict[str, int]:
+    return {k: v for k, (v, deleted) in fold.items() if not deleted}
+
+
+class Bench:
+    def __init__(self, spark: SparkSession, config: LaketideConfig, home: Path, per_trigger: int) -> None:
+        self.spark, self.config, self.home, self.per_trigger = spark, config, home, per_trigger
+        self.cat = config.catalog.name
+
+    def stream(self, tag: str) -> Any:
+        base = self.config.streams[0]
+        upsert = base.upsert.model_copy(update={"table": f"bench.accounts_{tag}"})
+        return base.model_copy(update={
+            "name": f"up_{tag}", "table": f"bench.changes_{tag}", "rejects_table": f"bench.rejects_{tag}",
+            "writer_id": f"bench-{tag}", "checkpoint_path": self.home / "checkpoints" / tag, "upsert": upsert})
+
+    def laketide(self, tag: str, landing_path: Path) -> float:
+        stream = self.stream(tag).model_copy(update={"landing_path": landing_path})
+        tables.ensure_tables(self.spark, self.config, stream)
+        merge_sink.ensure_upsert_tables(self.spark, self.config, stream)
+        started = time.monotonic()
+        query = runner.start(self.spark, self.config, stream, "incremental")
+        query.awaitTermination()
+        return time.monotonic() - started
+
+    def merge(self, tag: str, landing_path: Path) -> float:
+        from pyspark.sql import functions as F
+
+        stream = self.stream(tag)
+        merge_sink.ensure_upsert_tables(self.spark, self.config, stream)  # the same merged table, same properties
+        target = f"{self.cat}.{stream.upsert.table}"
+        columns = merge_sink.merged_columns(stream)
+        newer = merge_sink.newer(stream, "c", "t", "false")
+        merge_sql = (  # what a user writes: the same conditions, no change log, no tombstones, no markers
+            f"MERGE INTO {target} t USING batch_fold c ON t.account_id = c.account_id "
+            f"WHEN MATCHED AND c.{merge_sink.DELETE} AND {newer} THEN DELETE "
+            f"WHEN MATCHED AND NOT c.{merge_sink.DELETE} AND {newer} THEN UPDATE SET "
+            + ", ".join(f"t.{c} = c.{c}" for c in columns if c != "account_id")
+            + f" WHEN NOT MATCHED AND NOT c.{merge_sink.DELETE} THEN INSERT ({', '.join(columns)}) "
+            f"VALUES ({', '.join('c.' + c for c in columns)})")
+
+        def each(batch: DataFrame, batch_id: int) -> None:
+            merge_sink.fold(batch, stream).createOrReplaceTempView("batch_fold")
+            batch.sparkSession.sql(merge_sql)
+
+        lines = (self.spark.readStream.format("text").option("maxFilesPerTrigger", self.per_trigger)
+                 .option("pathGlobFilter", "*.jsonl").load(str(landing.data_dir(landing_path))))
+        parsed = lines.select(F.from_json("value", record_schema(stream)).alias("r")).select("r.*")
+        started = time.monotonic()
+        query = (parsed.writeStream.foreachBatch(each).trigger(availableNow=True)
+                 .option("checkpointLocation", str(self.home / "checkpoints" / tag)).start())
+        query.awaitTermination()
+        return time.monotonic() - started
+
+    def table(self, name: str) -> dict[str, int]:
+        rows = self.spark.table(f"{self.cat}.{name}").select("account_id", "version").collect()
+        out = {str(r[0]): int(r[1]) for r in rows}
+        if len(out) != len(rows):
+            raise AssertionError(f"{name}: a key twice")
+        return out
+
+    def growth(self, rows: int, batch: int, tag: str) -> float:
+        """Seconds of the merge sink's merge of one ``batch``-change increment into a merged table of ``rows``."""
+        from pyspark.sql import functions as F
+
+        stream = self.stream(tag)
+        merge_sink.ensure_upsert_tables(self.spark, self.config, stream)
+        name = f"{self.cat}.{stream.upsert.table}"
+        if self.spark.table(name).count() != rows:
+            (self.spark.range(rows).select(
+                F.col("id").cast("string").alias("change_id"), F.lit(H0).alias("changed_at"),
+                F.format_string("acct-%08d", "id").alias("account_id"), F.lit(1).cast("long").alias("version"),
+                (F.col("id") % 1000).alias("balance"), F.lit("active").alias("status"))
+             .writeTo(name).overwrite(F.lit(True)))
+        changes = self.spark.range(batch).select(
+            F.format_string("x-%d", "id").alias("change_id"), F.lit(H0).alias("changed_at"),
+            F.format_string("acct-%08d", (F.col("id") * 7919) % rows).alias("account_id"),
+            F.lit(2).cast("long").alias("version"), F.lit("u").alias("op"), F.lit(5).cast("long").alias("balance"),
+            F.lit("active").alias("status"))
+        merge_sink.fold(changes, stream).localCheckpoint().createOrReplaceTempView("growth_fold")
+        sink = merge_sink.MergeSink(self.config, stream)
+        started = time.monotonic()
+        self.spark.sql(sink._merge_sql("growth_fold"))
+        seconds = time.monotonic() - started
+        # back to the base rows for the next round (not timed)
+        self.spark.sql(f"UPDATE {name} SET version = 1 WHERE version = 2")
+        return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--changes", type=int, default=400_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--files-per-trigger", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--big-rows", type=int, default=10_000_000)
+    parser.add_argument("--small-rows", type=int, default=100_000)
+    parser.add_argument("--batch-keys", type=int, default=10_000)
+    parser.add_argument("--growth-rounds", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    for name in ("laketide.ingest.writer", "laketide.ingest.merge_sink"):  # the per-batch lines
+        logging.getLogger(name).setLevel(logging.INFO)
+
+    work = (args.workdir or Path(tempfile.mkdtemp(prefix="laketide-bench-upsert-"))).resolve()
+    home = work / f"run-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    config = load(write_config(
+        home, table="bench.changes", rejects_table="bench.rejects", event_time_field="changed_at",
+        event_id_field="change_id", fields=FIELDS, max_files_per_trigger=args.files_per_trigger,
+        upsert={"table": "bench.accounts", "primary_key": ["account_id"], "sequence_field": "version",
+                "operation_field": "op"}))
+    config = config.model_copy(update={"spark": config.spark.model_copy(update={"conf": {
+        **config.spark.conf, "spark.ui.showConsoleProgress": "false"}})})
+    input_path = home / "input"
+    expected = expected_live(generate(input_path, args.changes, args.keys, args.files))
+    from laketide.lake.spark import build_session
+
+    spark = build_session(config, "laketide-bench-upsert", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    bench = Bench(spark, config, home, args.files_per_trigger)
+    print(f"Spark {spark.version}; {args.changes:,} changes to {args.keys:,} keys in {args.files} files, "
+          f"maxFilesPerTrigger {args.files_per_trigger}, {args.rounds} round(s); work in {home}", flush=True)
+    seconds: dict[str, list[float]] = {"laketide": [], "merge": []}
+    for i in range(args.rounds):
+        order = ["laketide", "merge"] if i % 2 == 0 else ["merge", "laketide"]
+        for pipeline in order:
+            tag = f"{pipeline}_{i}"
+            took = bench.laketide(tag, input_path) if pipeline == "laketide" else bench.merge(tag, input_path)
+            seconds[pipeline].append(took)
+            got = bench.table(f"bench.accounts_{tag}")
+            wrong = sum(got.get(k) != v for k, v in expected.items()) + len(set(got) - set(expected))
+            if pipeline == "laketide" and wrong:
+                raise AssertionError(f"laketide round {i + 1}: {wrong} key(s) differ from the fold of the input")
+            print(f"  r{i + 1} {pipeline:9} {took:7.1f}s {args.changes / took:10,.0f} changes/s "
+                  f"({len(got):,} live keys; {wrong} differ from the fold of the input"
+                  + (": no tombstones, a late older change of a deleted key comes back)" if wrong else ")"), flush=True)
+    rates = {p: args.changes / statistics.median(s) for p, s in seconds.items()}
+    ratio = rates["laketide"] / rates["merge"]
+    per_round = [m / s for s, m in zip(seconds["laketide"], seconds["merge"], strict=True)]
+    print(f"laketide upsert writer vs MERGE INTO in foreachBatch: {ratio:.2f}x (rounds "
+          f"{', '.join(f'{r:.2f}' for r in per_round)}; target >= {TARGET_RATIO})", flush=True)
+
+    growth: dict[str, list[float]] = {"small": [], "big": []}
+    for i in range(args.growth_rounds):
+        for size in (("small", "big") if i % 2 == 0 else ("big", "small")):
+            rows = args.small_rows if size == "small" else args.big_rows
+            took = bench.growth(rows, args.batch_keys, f"growth_{size}")
+            growth[size].append(took)
+            print(f"  growth r{i + 1} {args.batch_keys:,} changes into {rows:,} rows: {took:.2f}s", flush=True)
+    factor = statistics.median(growth["big"]) / statistics.median(growth["small"])
+    print(f"one {args.batch_keys:,}-change merge into {args.big_rows:,} rows vs {args.small_rows:,} rows: "
+          f"{factor:.2f}x (target <= {TARGET_GROWTH})", flush=True)
+    spark.stop()
+    if args.json:
+        args.json.write_text(json.dumps({"ratio": ratio, "per_round": per_round, "seconds": seconds,
+                                         "growth": growth, "growth_factor": factor}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
