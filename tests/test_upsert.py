@@ -7,6 +7,8 @@ the kill points); the expected table is a fold of the landed changes computed he
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -23,7 +25,17 @@ from laketide.ingest.landing import publish
 from laketide.ingest.merge_sink import APPLIED
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
-from tests.helpers import ingest, kill_group, load, start_writer, unique_catalog, write_config, writer_log
+from tests.helpers import (
+    freeze,
+    ingest,
+    kill_group,
+    load,
+    start_writer,
+    unique_catalog,
+    wait_for,
+    write_config,
+    writer_log,
+)
 from tests.test_redo import redo, redo_log
 
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
@@ -291,3 +303,41 @@ def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Pa
     rejects = catalog.load_table("lake.account_changes_rejects").scan().to_arrow().column("reason").to_pylist()
     assert sorted(r.split(":")[0] for r in rejects) == ["field 'op' is 't'", "missing required field 'change_id'"]
     assert verify_partition(config, stream, H0).success
+
+
+@pytest.mark.slow
+def test_a_frozen_upsert_writer_overtaken_then_resumed_merges_nothing(tmp_path: Path) -> None:
+    """Writer A holds before its merge (its change-log batch committed), is frozen past its lease; B takes the stream
+    over, merges A's batch and newer changes; A resumed is fenced: its older fold is not merged, the merged table's
+    pointer does not go back, the table is the fold."""
+    config_path = upsert_config(tmp_path, catalog="laketide", writer_lease="5s")
+    stream = load(config_path).stream("clicks")
+    landing = Landing(stream.landing_path)
+    landing.land([change("a", 1, "c", 1), change("b", 1, "c", 1), change("c", 3, "d")])
+    faults = tmp_path / "faults"
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    a = start_writer(config_path, log=log_a, LAKETIDE_FAULT="before_merge:0", LAKETIDE_FAULT_MODE="hold",
+                     LAKETIDE_FAULT_DIR=str(faults))
+    try:
+        wait_for(faults / "before_merge-0.reached", a)
+        freeze(a, config_path)
+        time.sleep(6)  # past A's lease
+        landing.land([change("a", 2, "u", 2), change("b", 2, "d"), change("c", 2, "c", 9)])
+        b = start_writer(config_path, log=log_b)
+        assert b.wait(timeout=300) == 0, log_b.read_text(errors="replace")[-3000:]
+        assert "silent for longer than writer_lease" in log_b.read_text(errors="replace")
+        (faults / "before_merge-0.release").touch()
+        os.killpg(a.pid, signal.SIGCONT)
+        assert a.wait(timeout=120) == 5, log_a.read_text(errors="replace")[-5000:]
+        text = log_a.read_text(errors="replace")
+        assert "moved on under this writer" in text or "lost its lease" in text, text[-5000:]
+    finally:
+        if a.poll() is None:
+            os.killpg(a.pid, signal.SIGCONT)
+            kill_group(a)
+    assert merged(config_path) == fold(landing.changes) == {"a": (2, 2, None)}
+    catalog = load_catalog(load(config_path).catalog)
+    head = catalog.load_table("lake.account_changes").current_snapshot()
+    snapshot = catalog.load_table("lake.accounts").current_snapshot()
+    assert head is not None and snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary[APPLIED] == str(head.snapshot_id)  # the pointer did not go back

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from laketide import logs
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.config.upsert import DELETE_OPERATIONS, UpsertConfig, tombstones_table
+from laketide.errors import WriterFencedError
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import sink
 from laketide.ingest.columns import spark_type
@@ -103,7 +104,10 @@ def merged_properties(upsert: UpsertConfig) -> dict[str, str]:
         "format-version": "2",
         "write.merge.mode": upsert.merge_mode, "write.update.mode": upsert.merge_mode,
         "write.delete.mode": upsert.merge_mode,
-        "write.merge.isolation-level": "snapshot", "write.delete.isolation-level": "snapshot",
+        # serializable (Iceberg's default, said here so that nobody relaxes it unaware): a merge that started before
+        # another merge committed data files fails its commit instead of landing on top (a frozen writer woken up
+        # after its replacement merged is stopped there); compactions (replace snapshots) do not conflict with it
+        "write.merge.isolation-level": "serializable", "write.delete.isolation-level": "serializable",
         "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100",
     }
 
@@ -228,9 +232,11 @@ class MergeSink:
         try:
             if deletes:
                 faults.maybe_pause("before_tombstones", batch_id, stream.name)
+                self._check_unmoved(merged, applied, batch_id)
                 self._tombstones(spark, view, props)
             tombstoned_at = time.monotonic()
             faults.maybe_pause("before_merge", batch_id, stream.name)
+            self._check_unmoved(merged, applied, batch_id)
             with_properties(spark, props, lambda: spark.sql(self._merge_sql(view)))
         finally:
             spark.catalog.dropTempView(view)
@@ -241,6 +247,18 @@ class MergeSink:
                  "tombstones %.2fs, merge %.2fs; %.2fs)", batch_id, upsert.table, total - deletes, deletes, target,
                  folded_at - started, tombstoned_at - folded_at, done - tombstoned_at, done - started)
         return total
+
+    def _check_unmoved(self, merged: Any, applied: int | None, batch_id: int) -> None:
+        """Before a commit: the merged table still names the change-log snapshot this merge started from. Another
+        writer of the stream merged meanwhile (this one was frozen, then overtaken): it stops. A merge that another
+        one overtakes after this check fails its commit instead (serializable isolation, ``merged_properties``)."""
+        now = applied_through(merged)
+        if now != applied:
+            raise WriterFencedError(
+                f"writer {self.stream.writer_id!r}, batch {batch_id}: the merged table {self.upsert.table} moved on "
+                f"under this writer (it applied change-log snapshot {now}, not {applied} as when this merge started): "
+                "another writer of the stream has merged; this one stops without merging. Check that only one "
+                "writer of the stream runs.")
 
     def _figures(self, folded: DataFrame, batch_id: int, target: int) -> tuple[int, int, dict[str, str]]:
         """The folded changes and deletes, and the summary properties of the commits applying them."""
