@@ -227,10 +227,10 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["after_commit", "before_merge", "after_merge"])
-def test_a_writer_killed_in_an_upsert_batch_leaves_the_fold(tmp_path: Path, point: str) -> None:
-    """The real writer process SIGKILLed after the change log's commit, before the merge and after it (before the
-    checkpoint): the restarted writer leaves the merged table equal to the fold, every change logged once."""
+def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: Path) -> None:
+    """The real writer process SIGKILLed after the change log's commit, then (replaying that batch) before its merge,
+    then after the merge (before the checkpoint), changes landing in between: each restart leaves the merged table
+    equal to the fold, every change logged once."""
     config_path = upsert_config(tmp_path, catalog="laketide")
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
@@ -239,20 +239,22 @@ def test_a_writer_killed_in_an_upsert_batch_leaves_the_fold(tmp_path: Path, poin
     assert first.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
     landing.land([change("a", 2, "u", 2), change("b", 2, "d"), change("c", 1, "c", 3)])
     faults = tmp_path / "faults"
-    writer = start_writer(config_path, LAKETIDE_FAULT=f"{point}:1", LAKETIDE_FAULT_DIR=str(faults))
-    reached = faults / f"{point}-1.reached"
-    deadline = time.monotonic() + 300
-    while not reached.exists():
-        assert writer.poll() is None and time.monotonic() < deadline, writer_log(config_path)[-3000:]
-        time.sleep(0.2)
-    kill_group(writer)
-    landing.land([change("c", 2, "u", 4), change("b", 1, "c", 9, cid="b-late")])
+    for point, more in (("after_commit", [change("c", 2, "u", 4), change("b", 1, "c", 9, cid="b-late")]),
+                        ("before_merge", [change("d", 1, "c", 5)]),
+                        ("after_merge", [change("a", 3, "d"), change("d", 2, "u", 6)])):
+        writer = start_writer(config_path, LAKETIDE_FAULT=f"{point}:1", LAKETIDE_FAULT_DIR=str(faults))
+        wait_for(faults / f"{point}-1.reached", writer, timeout=300)  # batch 1, or its replay
+        kill_group(writer)
+        writer.wait(timeout=60)
+        landing.land(more)
     again = start_writer(config_path)
     assert again.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
-    assert merged(config_path) == fold(landing.changes) == {"a": (2, 2, None), "c": (2, 4, None)}
+    assert merged(config_path) == fold(landing.changes) == {"c": (2, 4, None), "d": (2, 6, None)}
     config = load(config_path)
     log_rows = load_catalog(config.catalog).load_table("lake.account_changes").scan().to_arrow()
     assert sorted(log_rows.column("change_id").to_pylist()) == sorted(c["change_id"] for c in landing.changes)
+    text = writer_log(config_path)
+    assert "batch 1 already committed" in text and "merged into lake.accounts" in text
 
 
 DEBEZIUM_FIELDS = {
