@@ -87,16 +87,18 @@ def exact_rows(table: Table, column: str, task: FileScanTask,
 
 def plan(table: Table, row_filter: BooleanExpression, fields: tuple[str, ...],
          snapshot_id: int | None) -> tuple[Any, list[FileScanTask]]:
-    """The scan and its planned file tasks (metadata only)."""
-    scan = table.scan(row_filter=row_filter, selected_fields=fields, snapshot_id=snapshot_id)
-    return scan, list(scan.plan_files())
-
-
-def record_batches(scan: Any, task: FileScanTask) -> Iterator[pa.RecordBatch]:
-    """The record batches of one planned file of ``scan`` (its projection; row filter and deletes applied)."""
+    """The reader of a scan (one for all its files: building one binds the projection and the row filter) and its
+    planned file tasks (metadata only)."""
     from pyiceberg.io.pyarrow import ArrowScan
 
-    reader = ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+    scan = table.scan(row_filter=row_filter, selected_fields=fields, snapshot_id=snapshot_id)
+    tasks = list(scan.plan_files())
+    return ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive), tasks
+
+
+def record_batches(reader: Any, task: FileScanTask) -> Iterator[pa.RecordBatch]:
+    """The record batches of one planned file of a scan (``plan``'s reader: its projection; row filter and deletes
+    applied)."""
     yield from reader.to_record_batches([task])
 
 
@@ -125,6 +127,8 @@ class DuplicateIds:
         self._memory_limit = memory_limit
         self._parent = folder
         self._created = False
+        self._chunks: list[pa.Table] = []
+        self._buffered = 0
 
     def __enter__(self) -> DuplicateIds:
         import duckdb
@@ -141,11 +145,25 @@ class DuplicateIds:
         self._con.close()
         self._folder.cleanup()
 
+    #: ids held in memory before they go to the database together (one insert per small file cost ~10 ms each)
+    BUFFER_ROWS = 200_000
+
     def add(self, ids: pa.Array | pa.ChunkedArray, part: int) -> None:
         """Add one batch of ids, all of one ``part`` (a small integer naming where they were read)."""
         import pyarrow as pa
 
-        chunk = pa.table({"id": ids, "part": pa.repeat(pa.scalar(part, pa.int32()), len(ids))})  # noqa: F841
+        self._chunks.append(pa.table({"id": ids, "part": pa.repeat(pa.scalar(part, pa.int32()), len(ids))}))
+        self._buffered += len(ids)
+        if self._buffered >= self.BUFFER_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self._chunks:
+            return
+        chunk = pa.concat_tables(self._chunks, promote_options="permissive")  # noqa: F841 (DuckDB reads it)
+        self._chunks, self._buffered = [], 0
         if self._created:
             self._con.execute("INSERT INTO ids SELECT * FROM chunk")
         else:
@@ -153,6 +171,7 @@ class DuplicateIds:
             self._created = True
 
     def result(self, examples: int = 3, keep: int = 10_000) -> Duplicates:
+        self._flush()
         if not self._created:
             return Duplicates(0, 0, {}, [], {})
         con = self._con
@@ -178,7 +197,7 @@ def reject_counts(table: Table, snapshot_id: int | None, audits: dict[str, dict[
     With ``hours``, only the rejects whose event hour is one of them, or whose source file's audit names one of
     them (a malformed line has no event hour), are read: the rejects table's partitions of those hours, and the
     files whose ``source_file`` bounds admit one of those landing files."""
-    from pyiceberg.expressions import AlwaysTrue, In, Or, Reference
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThanOrEqual, Or, Reference
     from pyiceberg.expressions.literals import literal
 
     counts: Counter[str] = Counter()
@@ -187,15 +206,23 @@ def reject_counts(table: Table, snapshot_id: int | None, audits: dict[str, dict[
         return counts, files
     keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
     row_filter: Any = AlwaysTrue()
+    named: set[str] | None = None
     if hours is not None:
         row_filter = hours_row_filter("event_hour", hours)
         named = {name for name, audit in audits.items() if (keys or set()) & set((audit or {}).get("partitions", {}))}
         if named:
-            row_filter = Or(row_filter, In(term=Reference("source_file"), values={literal(f) for f in named}))
-    scan, tasks = plan(table, row_filter, ("source_file", "event_hour"), snapshot_id)
+            # the range of those names, not an IN list: pyiceberg tests an IN list's every value against every file's
+            # bounds and binds it again per file (minutes for thousands of names); the rows are picked below
+            term = Reference("source_file")
+            row_filter = Or(row_filter, And(GreaterThanOrEqual(term=term, value=literal(min(named))),
+                                            LessThanOrEqual(term=term, value=literal(max(named)))))
+    reader, tasks = plan(table, row_filter, ("source_file", "event_hour"), snapshot_id)
     for task in tasks:
-        for batch in record_batches(scan, task):
+        for batch in record_batches(reader, task):
             for row in batch.to_pylist():
+                if named is not None and row["source_file"] not in named and (
+                        row["event_hour"] is None or partition_key(row["event_hour"]) not in (keys or set())):
+                    continue  # in the range of the names, of none of them, of another hour
                 files.add(row["source_file"])
                 parts = list((audits.get(row["source_file"]) or {}).get("partitions", {}))
                 hour = partition_key(row["event_hour"]) if row["event_hour"] is not None else None
