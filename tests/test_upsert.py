@@ -196,6 +196,20 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     ingest(spark, config_path)
     assert catalog.load_table("lake.accounts").current_snapshot().snapshot_id == snapshot.snapshot_id  # type: ignore[union-attr]
 
+    # maintenance compacts the merged table's position deletes away (merge-on-read): its content is unchanged
+    from laketide.maintain import job as maintain_job
+    from laketide.maintain import plan as maintain_plan
+
+    def delete_files() -> int:
+        return catalog.load_table("lake.accounts").inspect.files().column("content").to_pylist().count(1)
+
+    before, deletes_before = merged(config_path), delete_files()
+    assert deletes_before > 0  # the merges wrote position deletes
+    request = maintain_plan.validate_request(config, "lake.accounts", "rewrite_data_files", False)
+    records = maintain_job.run(config, spark, request, "upsert-maintenance")
+    assert [r.outcome for r in records] == ["ok"], records
+    assert delete_files() == 0 and merged(config_path) == before, (deletes_before, delete_files())
+
     # a redo from the change log's first snapshot, after someone damaged the merged table by hand: the change log is
     # rolled back and re-ingested, the merged table rebuilt from it: what a fresh replay gives
     from pyiceberg.expressions import EqualTo

@@ -17,6 +17,7 @@ from laketide.config.sections import (
     WriterGroupConfig,
 )
 from laketide.config.streams import StreamConfig
+from laketide.config.upsert import tombstones_table
 from laketide.config.values import _inside, _local_path, _Strict, as_written
 from laketide.errors import ConfigError
 
@@ -73,8 +74,10 @@ class LaketideConfig(_Strict):
 
 
 def maintained_tables(config: LaketideConfig) -> list[str]:
-    """Every table maintenance looks after: each stream's events and rejects, the status and the record table."""
+    """Every table maintenance looks after: each stream's events and rejects (and an upsert stream's merged table and
+    its tombstones), the status and the record table."""
     tables = [t for s in config.streams for t in (s.table, s.rejects_table)]
+    tables += [t for s in config.streams if s.upsert is not None for t in (s.upsert.table, tombstones_table(s.upsert))]
     return [*tables, config.close.status_table, config.maintenance.record_table]
 
 

@@ -346,4 +346,13 @@ class UpsertWriter(BatchWriter):
             return self.merge.catch_up(spark, batch_id)
 
         with logs.for_stream(self.stream.name):
-            sink.retrying(f"merge of batch {batch_id} of {self.stream.name}", attempt, self.timeout)
+            sink.retrying(f"merge of batch {batch_id} of {self.stream.name}", attempt, self.timeout, merge_again)
+
+
+def merge_again(exc: BaseException) -> bool:
+    """Worth another merge: the catalog was busy, or a compaction replaced files the merge read (Iceberg refuses
+    the merge's commit: ``ValidationException``; the next attempt plans on the compacted table)."""
+    if isinstance(exc, WriterFencedError):
+        return False
+    return sink.is_transient(exc) or "ValidationException" in str(exc) or any(
+        name.endswith("ValidationException") for name, _ in sink._java_chain(exc))

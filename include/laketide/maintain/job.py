@@ -230,11 +230,16 @@ class Maintainer:
             "partial-progress.max-commits": "1000",
             "max-concurrent-file-group-rewrites": "1",
         }
+        if target.kind == "merged":  # an upsert stream's keyed table: a file with deletes is rewritten without them
+            options.update({"delete-file-threshold": "1", "min-input-files": "1", "remove-dangling-deletes": "true"})
         opts = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
         (row,) = self._call("rewrite_data_files",
                             f"table => '{self._qualified(target.table)}', strategy => 'binpack'{where}, "
                             f"options => map({opts})")
         result = row.asDict()
+        if target.kind == "merged":  # the position deletes left pointing at rewritten files: dropped
+            self._call("rewrite_position_delete_files", f"table => '{self._qualified(target.table)}', "
+                       "options => map('rewrite-all', 'true')")
         self._after(rec, target.table)
         failed = int(result.get("failed_data_files_count") or 0)
         rewritten = int(result.get("rewritten_data_files_count") or 0)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from laketide.close.partitions import State
 from laketide.config import MAINTENANCE_ACTIONS, ORPHAN_AGE_FLOOR, LaketideConfig, TablePolicy, maintained_tables
+from laketide.config.upsert import tombstones_table
 from laketide.errors import MaintenanceRequestError, UnsafeOrphanAgeError
 from laketide.lake.commits import BATCH_ID, WRITER_ID
 from laketide.lake.snapshots import Snap
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from laketide.config import StreamConfig
 
 
-Kind = Literal["events", "rejects", "status", "record"]
+Kind = Literal["events", "rejects", "status", "record", "merged", "tombstones"]
 ALL = "all"
 
 
@@ -41,7 +42,7 @@ class Target:
     @property
     def hour_column(self) -> str | None:
         """The timestamp column the table is partitioned by hour on (None: no hourly partitions)."""
-        if self.stream is None:
+        if self.stream is None or self.kind in ("merged", "tombstones"):  # an upsert stream's keyed tables
             return None
         return self.stream.event_time_field if self.kind == "events" else "event_hour"
 
@@ -55,6 +56,9 @@ def targets(config: LaketideConfig) -> list[Target]:
     out: list[Target] = []
     for stream in config.streams:
         out += [Target(stream.table, "events", stream), Target(stream.rejects_table, "rejects", stream)]
+        if stream.upsert is not None:
+            out += [Target(stream.upsert.table, "merged", stream), Target(tombstones_table(stream.upsert), "tombstones",
+                                                                          stream)]
     out += [Target(config.close.status_table, "status"), Target(config.maintenance.record_table, "record")]
     return out
 
