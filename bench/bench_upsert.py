@@ -48,21 +48,13 @@ from laketide.config.upsert import DELETE_OPERATIONS  # noqa: E402
 from laketide.ingest import landing, merge_sink, runner, tables  # noqa: E402
 from laketide.ingest.columns import record_schema  # noqa: E402
 from laketide.lake.hours import partition_key  # noqa: E402
-from tests.helpers import load, write_config  # noqa: E402
+from tests.helpers import ACCOUNT_FIELDS, load, write_config  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
-FIELDS = {
-    "change_id": {"type": "string", "required": True},
-    "changed_at": {"type": "timestamp", "required": True},
-    "account_id": {"type": "string", "required": True},
-    "version": {"type": "long", "required": True},
-    "op": {"type": "string", "required": True},
-    "balance": {"type": "long"},
-    "status": {"type": "string"},
-}
+FIELDS = ACCOUNT_FIELDS
 TARGET_RATIO, TARGET_GROWTH = 0.9, 3.0
 
 

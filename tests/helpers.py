@@ -31,6 +31,20 @@ STREAM_FIELDS = {
     "country": {"type": "string"},
 }
 
+#: an upsert stream of account changes (tests/test_upsert.py, bench/bench_upsert.py): the change log's fields, and
+#: the ``upsert`` section merging them into ``lake.accounts``
+ACCOUNT_FIELDS = {
+    "change_id": {"type": "string", "required": True},
+    "changed_at": {"type": "timestamp", "required": True},
+    "account_id": {"type": "string", "required": True},
+    "version": {"type": "long", "required": True},
+    "op": {"type": "string", "required": True},
+    "balance": {"type": "long"},
+    "status": {"type": "string"},
+}
+ACCOUNT_UPSERT = {"table": "lake.accounts", "primary_key": ["account_id"], "sequence_field": "version",
+                  "operation_field": "op"}
+
 
 def write_config(home: Path, catalog_name: str = "laketide", java_options: str | None = None,
                  **stream_overrides: Any) -> Path:

@@ -26,6 +26,8 @@ from laketide.ingest.merge_sink import APPLIED
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
 from tests.helpers import (
+    ACCOUNT_FIELDS,
+    ACCOUNT_UPSERT,
     freeze,
     ingest,
     kill_group,
@@ -39,17 +41,7 @@ from tests.helpers import (
 from tests.test_redo import redo, redo_log
 
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
-FIELDS = {
-    "change_id": {"type": "string", "required": True},
-    "changed_at": {"type": "timestamp", "required": True},
-    "account_id": {"type": "string", "required": True},
-    "version": {"type": "long", "required": True},
-    "op": {"type": "string", "required": True},
-    "balance": {"type": "long"},
-    "status": {"type": "string"},
-}
-UPSERT = {"table": "lake.accounts", "primary_key": ["account_id"], "sequence_field": "version",
-          "operation_field": "op"}
+FIELDS, UPSERT = ACCOUNT_FIELDS, ACCOUNT_UPSERT
 
 
 def upsert_config(home: Path, catalog: str | None = None, **overrides: Any) -> Path:
