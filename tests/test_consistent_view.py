@@ -285,21 +285,23 @@ def test_a_batch_under_way_and_a_commit_between_the_reads_are_no_mismatch(
 
 
 def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = False, runs_wanted: int | None = None,
-                                 rate: int = 100) -> tuple[int, int, list[str], Path]:
+                                 rate: int = 100, every: int = 1) -> tuple[int, int, list[str], Path]:
     """A real writer (continuous, 1 s trigger) and the real producer landing files for ``seconds``, reconciliation
     run in this process meanwhile, again and again: returns the runs, the runs that saw files not ingested yet,
     every problem reported (each one a false alarm) and the configuration. The writer is stopped and has caught
     up when it returns. ``last_hours``: reconcile the current and the previous hour only (``--start``), a cheaper
     run whose reads race the writer the same way. ``runs_wanted``: stop after that many runs (before ``seconds``).
-    ``rate``: the producer's events per second (a file a second whatever the rate: the race is the same)."""
-    config_path = write_config(home, trigger_interval="1s", max_files_per_trigger=20)
+    ``rate``: the producer's events per second; ``every``: seconds between the producer's files and the writer's
+    triggers (1: a run reads many small files, and most runs straddle a commit)."""
+    config_path = write_config(home, trigger_interval=f"{every}s", max_files_per_trigger=20)
     config = load(config_path)
     stream = config.stream("clicks")
     env = config_env(config_path)
     writer = start_writer(config_path, mode="continuous")
     producer = subprocess.Popen(
-        [sys.executable, "-m", "laketide.dev.producer", "--mode", "live", "--rate", str(rate), "--flush-seconds", "1",
-         "--duration", f"{int(seconds) + 30}s", "--malformed-ratio", "0.05", "--seed", "5"],
+        [sys.executable, "-m", "laketide.dev.producer", "--mode", "live", "--rate", str(rate),
+         "--flush-seconds", str(every), "--duration", f"{int(seconds) + 30}s", "--malformed-ratio", "0.05",
+         "--seed", "5"],
         env=env, stdout=subprocess.DEVNULL, stderr=open(home / "producer.log", "wb"),  # noqa: SIM115
         start_new_session=True)
     runs = pending = 0
@@ -343,10 +345,12 @@ def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = 
 def test_reconcile_in_a_loop_beside_a_live_writer_raises_no_false_alarm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # LAKETIDE_RECONCILE_RUNS=1000: a soak of that many runs (of the current and previous hour, the cheaper run that
-    # races the writer the same way) instead of one minute of full runs
+    # races the writer the same way; a file and a trigger every 5 s, so that a run stays near a second as the hours
+    # fill) instead of one minute of full runs
     wanted = int(os.environ.get("LAKETIDE_RECONCILE_RUNS") or 0)
     runs, pending, alarms, config_path = (
-        reconcile_beside_live_writer(tmp_path, 4 * 3600, last_hours=True, runs_wanted=wanted, rate=10) if wanted
+        reconcile_beside_live_writer(tmp_path, 4 * 3600, last_hours=True, runs_wanted=wanted, rate=20, every=5)
+        if wanted
         else reconcile_beside_live_writer(tmp_path, 60))
     assert alarms == [], alarms
     assert runs >= wanted, (runs, wanted)
