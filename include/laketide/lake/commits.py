@@ -77,23 +77,27 @@ def file_stat(path: Path) -> FileStat:
 def content_hash(path: Path, size: int) -> int | None:
     """The 64-bit XXH3 hash of the first ``size`` bytes of ``path`` (what the writer read of it), None when it
     cannot be read. A file rewritten with the same size and its old modification time put back (``rsync -t``,
-    ``cp -p`` of an edited copy) keeps its ``FileStat`` but not this."""
-    import mmap
-
+    ``cp -p`` of an edited copy) keeps its ``FileStat`` but not this. Read in 1 MiB pieces: a file of any size costs
+    this process 1 MiB (a mapping of the file would count every page read in its memory)."""
     import xxhash
 
+    digest = xxhash.xxh3_64()
+    buffer = bytearray(1 << 20)
+    view = memoryview(buffer)
     try:
-        with path.open("rb") as f:
-            if size == 0:
-                return xxhash.xxh3_64_intdigest(b"")
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                view = memoryview(data)
-                try:
-                    return xxhash.xxh3_64_intdigest(view[:size])
-                finally:
-                    view.release()
-    except (OSError, ValueError):
+        with path.open("rb", buffering=0) as f:
+            left = size
+            while left > 0:
+                n = f.readinto(view[:min(left, len(buffer))])
+                if not n:
+                    break
+                digest.update(view[:n])
+                left -= n
+    except OSError:
         return None
+    finally:
+        view.release()
+    return int(digest.intdigest())
 
 
 def with_content(stats: Mapping[str, FileStat], folder: Path) -> dict[str, FileStat]:

@@ -172,13 +172,17 @@ class SqlitePool:
     def __init__(self, spark: SparkSession, catalog: str) -> None:
         self.catalog = catalog
         self._pool: Any = None
+        #: the session to look the pool up again from, while a look-up failed (a catalog that could not start
+        #: because the database was busy is started again by the next call: its pool is found then)
+        self._spark: SparkSession | None = None
+        self._lookups = 0
         try:
             self._find(spark, catalog)
         except Exception as exc:  # a catalog whose private fields differ (see check): work without the fix
             self._pool = None
-            log.warning("catalog %s: cannot reach the JDBC connection pool (%s); SQLite connections left in a "
-                        "read transaction are not renewed (prefer a PostgreSQL catalog)", catalog,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self._spark = spark
+            log.warning("catalog %s: cannot reach the JDBC connection pool yet (%s); looked up again before the next "
+                        "catalog call", catalog, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     def _find(self, spark: SparkSession, catalog: str) -> None:
         plugin = gateway(spark)[1].sessionState().catalogManager().catalog(catalog)
@@ -195,6 +199,18 @@ class SqlitePool:
 
     def reopen(self) -> int:
         """Close the idle connections (none are borrowed between the writer's catalog calls); return how many."""
+        if self._pool is None and self._spark is not None:
+            self._lookups += 1
+            try:
+                self._find(self._spark, self.catalog)
+                self._spark = None
+                log.info("catalog %s: JDBC connection pool found", self.catalog)
+            except Exception:  # still not there: the call that follows starts the catalog, or fails as it would
+                if self._lookups >= 50:  # a catalog whose private fields differ: work without the fix
+                    self._spark = None
+                    log.warning("catalog %s: no JDBC connection pool after %d look-ups; SQLite connections left in "
+                                "a read transaction are not renewed (prefer a PostgreSQL catalog)", self.catalog,
+                                self._lookups)
         if self._pool is None:
             return 0
         closed = 0
