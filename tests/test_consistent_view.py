@@ -38,7 +38,8 @@ from laketide.ingest.inspection import Reason, inspect
 from laketide.ingest.landing import publish
 from laketide.ingest.late_files import LateFiles, too_old_files
 from laketide.lake.catalog import load_catalog
-from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, content_hash, file_stat, source_positions
+from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, source_positions
+from laketide.lake.file_stats import content_hash, file_stat
 from laketide.lake.hours import partition_key
 from tests.helpers import config_env, ingest, kill_group, load, start_writer, unique_catalog, write_config, writer_log
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from laketide.ingest import inspection, landing
-from laketide.lake import commits
+from laketide.lake import commits, file_stats
 from laketide.lake.hours import parse_partition, partition_key
 
 P3 = "2026-11-22T03:00:00+00:00"
@@ -238,7 +238,7 @@ def _reasons(report: inspection.Inspection) -> dict[str, list[str]]:
 def test_inspect_a_clean_landing_zone_reports_nothing(tmp_path: Path) -> None:
     good = landing.publish(tmp_path, [_event(P3, m) for m in range(3)], P3, "p", 0, "s")
     fresh = landing.publish(tmp_path, [_event(P4)], P4, "p", 1, "s")
-    report = inspection.inspect(tmp_path, {good.name: commits.file_stat(good)}, event_time=T)
+    report = inspection.inspect(tmp_path, {good.name: file_stats.file_stat(good)}, event_time=T)
     assert report.findings == []
     assert report.pending == [fresh.name] and report.pending_for(P4) == [fresh.name] and report.pending_for(P3) == []
     assert report.expected() == {P3: 3, P4: 1} == landing.expected_counts(tmp_path)
@@ -317,7 +317,7 @@ def test_inspect_tells_files_changed_or_deleted_after_ingest(tmp_path: Path) -> 
     gone_with_audit = landing.publish(tmp_path, [_event(P4)] * 7, P4, "p", 2, "s")
     old = landing.publish(tmp_path, [_event(P4)], P4, "p", 3, "s")
     ingested: dict[str, commits.FileStat | None] = {
-        n.name: commits.file_stat(n) for n in (grown, gone, gone_with_audit)}
+        n.name: file_stats.file_stat(n) for n in (grown, gone, gone_with_audit)}
     ingested[old.name] = None  # recorded before sizes were: cannot be compared
     with open(grown, "ab") as handle:
         handle.write((_event(P3) + "\n").encode())

@@ -18,7 +18,7 @@ from laketide.close.reconcile import main as reconcile_main
 from laketide.close.reconcile import reconcile
 from laketide.close.verify import verify_partition
 from laketide.ingest import landing
-from laketide.lake import commits
+from laketide.lake import file_stats
 from laketide.lake.catalog import load_catalog
 from laketide.lake.commits import SOURCE_STATS, source_position
 from laketide.lake.hours import partition_key
@@ -72,7 +72,7 @@ def test_every_file_is_ingested_or_reported_by_name(spark: Any, tmp_path: Path, 
     summaries = lineage_summaries(events)
     assert all(SOURCE_STATS in s for s in summaries)
     recorded = {n: st for s in summaries for n, st in source_position(s).items()}
-    assert recorded == {p.name: commits.file_stat(p) for p in landed}
+    assert recorded == {p.name: file_stats.file_stat(p) for p in landed}
 
     # after ingest: one file of H0 grows (the new lines are never read), one of H1 is deleted (its audit stays)
     grown, deleted = landed[0], landed[2]

@@ -25,10 +25,10 @@ from laketide.lake.commits import (
     VALID_ROWS,
     WATERMARK,
     SourceFiles,
-    file_stat,
     summary_properties,
     table_marker,
 )
+from laketide.lake.file_stats import file_stat
 from laketide.lake.hours import hour_start, partition_key
 
 if TYPE_CHECKING:

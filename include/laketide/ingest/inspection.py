@@ -34,7 +34,7 @@ from laketide.ingest.landing import (
     name_hour,
     split_lines,
 )
-from laketide.lake.commits import FileStat, content_hash, file_stat
+from laketide.lake.file_stats import FileStat, content_hash, file_stat
 from laketide.lake.hours import partition_key
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from laketide.ingest import batch_figures, dedupe, failures, long_lines, public_
 from laketide.ingest import faultpoints as faults
 from laketide.ingest.public_writer import PublicPath, current_snapshot_id
 from laketide.ingest.summary import _from_micros, _iso, _utc, ahead_of_clock, summary_key, warn_ahead, watermark_after
-from laketide.lake import commits
+from laketide.lake import commits, file_stats
 from laketide.lake.hours import from_epoch_hours
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ class BatchWriter(PublicPath):
         now = datetime.now(UTC).replace(microsecond=0)
         files = batch_files(batch)
         # each file's content hash, read beside Spark's pass (from the page cache it just filled)
-        hashing = _HASHING.submit(commits.with_content, files.stats, data_dir(stream.landing_path))
+        hashing = _HASHING.submit(file_stats.with_content, files.stats, data_dir(stream.landing_path))
         long = long_lines.find(stream, files.stats)  # reads nothing unless a file is above max_line_bytes
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()

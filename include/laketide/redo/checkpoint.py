@@ -23,7 +23,7 @@ from typing import Any
 
 from laketide.lake import checkpoint_log
 from laketide.lake.checkpoint_log import VERSION, check_format, file_name, log_files
-from laketide.lake.commits import FileStat, file_stat
+from laketide.lake.file_stats import FileStat, file_stat
 
 log = logging.getLogger("laketide.redo.checkpoint")
 DEFAULT_OFFSET_METADATA = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}
