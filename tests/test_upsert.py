@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,7 @@ from tests.helpers import (
     start_writer,
     unique_catalog,
     wait_for,
+    wait_for_log,
     write_config,
     writer_log,
 )
@@ -197,10 +199,17 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
 
     before, deletes_before = merged(config_path), delete_files()
     assert deletes_before > 0  # the merges wrote position deletes
+    from laketide.maintain.health import format_health, health
+
+    shown = {h.table: h for h in health(config)}["lake.accounts"]  # the health panel and `make status`
+    assert shown.delete_files == deletes_before and 0 < shown.delete_file_share < 1 and shown.deleted_rows > 0
+    assert any(line.split()[0] == "lake.accounts" and f"{deletes_before} (" in line
+               for line in format_health([shown])), format_health([shown])
     request = maintain_plan.validate_request(config, "lake.accounts", "rewrite_data_files", False)
     records = maintain_job.run(config, spark, request, "upsert-maintenance")
     assert [r.outcome for r in records] == ["ok"], records
     assert delete_files() == 0 and merged(config_path) == before, (deletes_before, delete_files())
+    assert {h.table: h for h in health(config)}["lake.accounts"].delete_files == 0
 
     # a redo from the change log's first snapshot, after someone damaged the merged table by hand: the change log is
     # rolled back and re-ingested, the merged table rebuilt from it: what a fresh replay gives
@@ -349,3 +358,92 @@ def test_a_frozen_upsert_writer_overtaken_then_resumed_merges_nothing(tmp_path: 
     snapshot = catalog.load_table("lake.accounts").current_snapshot()
     assert head is not None and snapshot is not None and snapshot.summary is not None
     assert snapshot.summary[APPLIED] == str(head.snapshot_id)  # the pointer did not go back
+
+
+def rows_at(table: Any, snapshot_id: int) -> dict[str, tuple[int, int | None, str | None]]:
+    rows = table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+    assert len(rows) == len({r["account_id"] for r in rows}), f"a key twice at snapshot {snapshot_id}"
+    return {r["account_id"]: (r["version"], r["balance"], r["status"]) for r in rows}
+
+
+@pytest.mark.slow
+def test_maintenance_beside_a_live_upsert_writer_compacts_its_deletes_and_changes_no_row(
+        spark: Any, tmp_path: Path) -> None:
+    """The real writer merging changes every second (updates, deletes, late older changes) while this process
+    compacts the merged table again and again (Spark, Iceberg's procedures): the writer never fails, each compaction
+    commit holds exactly the rows of the snapshot before it, the delete files are gone after the last one, and the
+    merged table is the fold of every change."""
+    import random
+    import threading
+
+    from laketide.lake.spark import use_catalog
+    from laketide.maintain import job as maintain_job
+    from laketide.maintain import plan as maintain_plan
+
+    config_path = upsert_config(tmp_path, trigger_interval="1s")
+    config = load(config_path)
+    use_catalog(spark, config)
+    stream = config.stream("clicks")
+    landing = Landing(stream.landing_path)
+    rng = random.Random(11)
+    versions: dict[str, int] = {}
+
+    def changes(n: int) -> list[dict[str, Any]]:
+        out = []
+        for _ in range(n):
+            key = f"k{rng.randrange(30)}"
+            version = versions[key] = versions.get(key, 0) + 1
+            op = "c" if version == 1 else rng.choice(["u", "u", "u", "d"])
+            out.append(change(key, version, op, rng.randrange(1000), minute=rng.randrange(60), cid=f"{key}-{version}"))
+        late = rng.choice(out)  # an older change of a key arriving after newer ones
+        if versions[late["account_id"]] > 2:
+            key = late["account_id"]
+            out.append(change(key, versions[key] - 2, "u", -1, cid=f"{key}-late-{len(landing.changes)}"))
+        return out
+
+    landing.land(changes(20))
+    writer = start_writer(config_path, mode="continuous")
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.wait(0.7):
+            landing.land(changes(6))
+
+    catalog = load_catalog(config.catalog)
+    producer = threading.Thread(target=produce, daemon=True)
+    outcomes: list[str] = []
+    try:
+        wait_for_log(config_path, "merged into lake.accounts", writer, timeout=300)
+        producer.start()
+        request = maintain_plan.validate_request(config, "lake.accounts", "rewrite_data_files", False)
+        for run in range(3):
+            time.sleep(3)  # merges with position deletes between compactions
+            outcomes += [r.outcome for r in maintain_job.run(config, spark, request, f"live-upsert-{run}")]
+            assert writer.poll() is None, writer_log(config_path)[-5000:]
+    finally:
+        stop.set()
+        producer.join(timeout=30)
+        (stream.checkpoint_path.parent / "clicks.stop").touch()
+        try:
+            writer.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            kill_group(writer)
+    assert writer.returncode == 0, writer_log(config_path)[-5000:]
+    assert "ok" in outcomes, outcomes
+    # the writer stopped after its last batch: everything landed is in the change log and merged
+    assert merged(config_path) == fold(landing.changes)
+    table = catalog.load_table("lake.accounts")
+    replaced = [s for s in table.metadata.snapshots
+                if s.summary is not None and s.summary.operation.value == "replace" and s.parent_snapshot_id]
+    assert replaced, "no compaction committed"
+    for snap in replaced:  # a compaction commit changes no row
+        assert snap.parent_snapshot_id is not None
+        assert rows_at(table, snap.snapshot_id) == rows_at(table, snap.parent_snapshot_id), snap
+    # the merges that lost to a compaction were planned again, not failed
+    merges = writer_log(config_path).count("merged into lake.accounts")
+    assert merges >= 5, merges
+    # a last compaction with the writer stopped: no delete file left, the same rows
+    before = merged(config_path)
+    assert [r.outcome for r in maintain_job.run(config, spark, request, "live-upsert-last")] == ["ok"]
+    files = catalog.load_table("lake.accounts").inspect.files().column("content").to_pylist()
+    assert files.count(1) == 0 and merged(config_path) == before, files

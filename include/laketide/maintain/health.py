@@ -29,6 +29,10 @@ class TableStats:
     snapshots: int
     metadata_bytes: int
     snapshot_ids: frozenset[int]
+    #: delete files (position or equality: an upsert stream's merged table under merge-on-read) and the rows they
+    #: delete, from the current snapshot's totals
+    delete_files: int = 0
+    deleted_rows: int = 0
 
 
 def _total(table: Table, key: str) -> int | None:
@@ -49,9 +53,11 @@ def table_stats(table: Table) -> TableStats:
         data = table.inspect.data_files().select(["file_size_in_bytes", "record_count"]).to_pylist()
         files, size = len(data), sum(d["file_size_in_bytes"] for d in data)
         records = sum(d["record_count"] for d in data)
+    deleted = sum(_total(table, k) or 0 for k in ("total-position-deletes", "total-equality-deletes"))
     return TableStats(files, size, records, manifests, len(table.metadata.snapshots),
                       len(table.io.new_input(table.metadata_location)),
-                      frozenset(s.snapshot_id for s in table.metadata.snapshots))
+                      frozenset(s.snapshot_id for s in table.metadata.snapshots),
+                      _total(table, "total-delete-files") or 0, deleted)
 
 
 def snaps(table: Table) -> list[Snap]:
@@ -100,10 +106,20 @@ class Health:
     closed_hours: int
     max_files_per_closed_hour: int
     last_maintenance: datetime | None
+    #: delete files (an upsert stream's merged table): each one a read merges in until compaction applies it
+    delete_files: int = 0
+    #: rows those files delete, against the rows of the data files
+    deleted_rows: int = 0
+    records: int = 0
 
     @property
     def small_file_ratio(self) -> float:
         return self.small_files / self.files if self.files else 0.0
+
+    @property
+    def delete_file_share(self) -> float:
+        """Delete files among all the files a read opens."""
+        return self.delete_files / (self.files + self.delete_files) if self.delete_files else 0.0
 
 
 def table_health(table: Table, name: str, target_size: int, closed: list[datetime],
@@ -118,7 +134,7 @@ def table_health(table: Table, name: str, target_size: int, closed: list[datetim
     small = sum(1 for s in sizes if s < SMALL_FILE_SHARE * target_size)
     per_closed = [len(by_hour.get(h, [])) for h in closed]
     return Health(name, stats.files, small, stats.manifests, stats.snapshots, stats.metadata_bytes,
-                  len(closed), max(per_closed, default=0), last)
+                  len(closed), max(per_closed, default=0), last, stats.delete_files, stats.deleted_rows, stats.records)
 
 
 def health(config: LaketideConfig) -> list[Health]:
@@ -172,11 +188,12 @@ def _age(now: datetime, when: datetime | None) -> str:
 def format_health(items: list[Health], now: datetime | None = None) -> list[str]:
     """A fixed-width table of :class:`Health` rows."""
     now = now or datetime.now(UTC)
-    lines = [f"  {'table':<28} {'files':>7} {'small':>6} {'closed h':>8} {'max/closed h':>12} {'manifests':>9} "
-             f"{'snapshots':>9} {'metadata':>9}  last maintenance"]
+    lines = [f"  {'table':<28} {'files':>7} {'small':>6} {'deletes':>8} {'closed h':>8} {'max/closed h':>12} "
+             f"{'manifests':>9} {'snapshots':>9} {'metadata':>9}  last maintenance"]
     for h in items:
+        deletes = f"{h.delete_files} ({h.delete_file_share:.0%})" if h.delete_files else "0"
         lines.append(
-            f"  {h.table:<28} {h.files:>7} {h.small_file_ratio:>6.0%} {h.closed_hours:>8} "
+            f"  {h.table:<28} {h.files:>7} {h.small_file_ratio:>6.0%} {deletes:>8} {h.closed_hours:>8} "
             f"{h.max_files_per_closed_hour:>12} {h.manifests:>9} {h.snapshots:>9} {_size(h.metadata_bytes):>9}  "
             f"{_age(now, h.last_maintenance)}")
     return lines
@@ -207,6 +224,9 @@ def due_by_threshold(config: LaketideConfig) -> dict[str, list[str]]:
             per_hour = small_files_per_hour(hourly_files(table), closed_by_stream[name], policy.target_file_size)
             small = max(per_hour.values(), default=0)
         actions = threshold_actions(stats.manifests, stats.snapshots, policy, small)
+        if (target.kind == "merged" and stats.delete_files >= policy.min_input_files
+                and "rewrite_data_files" in policy.actions and "rewrite_data_files" not in actions):
+            actions.append("rewrite_data_files")  # every read of the keyed table merges its delete files in
         if actions:
             due[target.table] = actions
     return due

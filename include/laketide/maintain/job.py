@@ -211,7 +211,8 @@ class Maintainer:
                 return
             rec.detail = f"{len(hours)} closed hours, {in_hours} files in them"
             where = f', where => "{hours_filter(column, hours)}"'
-        elif (rec.files_before or 0) < policy.min_input_files:
+        elif (rec.files_before or 0) < policy.min_input_files and not (target.kind == "merged" and
+                                                                      table_stats(table).delete_files):
             rec.outcome, rec.detail = "skipped", f"{rec.files_before} data files"
             return
         if rec.dry_run:

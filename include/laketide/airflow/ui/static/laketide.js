@@ -190,14 +190,16 @@ var laketide = (function () {
     return get("api/health").then(function (h) {
       var rows = h.tables.map(function (t) {
         return "<tr><td>" + esc(t.table) + '</td><td class="num">' + n(t.files) + '</td><td class="num">' +
-          (t.small_file_ratio * 100).toFixed(0) + '%</td><td class="num">' + n(t.closed_hours) + '</td><td class="num">' +
+          (t.small_file_ratio * 100).toFixed(0) + '%</td><td class="num">' +
+          (t.delete_files ? n(t.delete_files) + " (" + (t.delete_file_share * 100).toFixed(0) + "%, " + n(t.deleted_rows) + " rows)" : "0") +
+          '</td><td class="num">' + n(t.closed_hours) + '</td><td class="num">' +
           n(t.max_files_per_closed_hour) + '</td><td class="num">' + n(t.manifests) + '</td><td class="num">' + n(t.snapshots) +
           '</td><td class="num">' + bytes(t.metadata_bytes) + "</td><td>" + esc(t.last_maintenance || "never") + "</td></tr>";
       });
       var steps = h.maintenance.slice(0, 15).map(function (m) {
         return "<tr><td>" + esc(m.started_at) + "</td><td>" + esc(m.outcome) + '</td><td class="wrap">' + esc(m.line) + "</td></tr>";
       });
-      $("health").innerHTML = table(["table", "#files", "#small", "#closed h", "#max files/closed h", "#manifests", "#snapshots", "#metadata", "last maintenance"], rows) +
+      $("health").innerHTML = table(["table", "#files", "#small", "#delete files", "#closed h", "#max files/closed h", "#manifests", "#snapshots", "#metadata", "last maintenance"], rows) +
         (steps.length ? "<h2>Recent maintenance</h2>" + table(["started", "outcome", "what"], steps) : '<p class="muted">no maintenance recorded yet</p>');
     }).catch(function (e) { fail($("health"), e); });
   }
