@@ -213,14 +213,19 @@ def test_compaction_expiry_restart_and_orphans(spark: Any, tmp_path: Path) -> No
     assert len(format_health(list(summary.values()))) == len(summary) + 1
 
 
-#: how long maintenance runs again and again next to the live writer
-MAINTENANCE_SECONDS = 100
+#: maintenance rounds next to the live writer: the first compacts the closed hours' backlog while the writer still
+#: commits into them, the second expires the first's snapshots and finds the hours compacted, the third runs with
+#: the writer in its steady state (the open hours only); later rounds repeat the third
+MAINTENANCE_ROUNDS = 3
+#: how long the rounds may take to see every state the test checks before it fails
+MAINTENANCE_TIMEOUT = 400
 
 
 def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_path: Path) -> None:
     """The real writer (trigger 1s) ingests files landing every second while compaction, manifest rewrite and
-    expiry run again and again on both of its tables for a minute and a half: every hour reconciles, no writer commit
-    fails."""
+    expiry run again and again on both of its tables (``MAINTENANCE_ROUNDS`` rounds at least, and until a round has
+    compacted a closed hour holding more than two files, an expiry has removed snapshots and the writer has
+    committed while the rounds ran): every hour reconciles, no writer commit fails."""
     from laketide.close.reconcile import reconcile
     from laketide.ingest import failures
     from tests.helpers import write_config
@@ -247,22 +252,34 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
             seq += 1
             time.sleep(1)
 
+    while not _exists(config, EVENTS) or table_marker(catalog, EVENTS, stream.writer_id) is None:
+        assert proc.poll() is None, writer_log(config_path)
+        time.sleep(0.5)
+    # files land from the first round on (files landed during the writer's start would only lengthen its catch-up)
     lander = threading.Thread(target=land, daemon=True)
     lander.start()
     try:
-        while not _exists(config, EVENTS) or table_marker(catalog, EVENTS, stream.writer_id) is None:
-            assert proc.poll() is None, writer_log(config_path)
-            time.sleep(1)
         close_hours(config, *closed)
         records: list[MaintenanceRecord] = []
         most = 0
-        deadline = time.monotonic() + MAINTENANCE_SECONDS
-        while time.monotonic() < deadline or len(records) < 12:  # and two rounds at least (3 actions x 2 tables)
+        first_batch = _marker_batch(catalog, stream.writer_id)
+
+        def covered() -> bool:  # every state the assertions below look for has been through a round
+            return (len(records) >= 6 * MAINTENANCE_ROUNDS  # 3 actions x 2 tables per round
+                    and most > 2
+                    and any(r.action == "rewrite_data_files" and r.outcome == "ok" for r in records)
+                    and any(r.action == "expire_snapshots" and (r.snapshots_expired or 0) > 0 for r in records)
+                    and _marker_batch(catalog, stream.writer_id) > first_batch)
+
+        deadline = time.monotonic() + MAINTENANCE_TIMEOUT
+        while not covered():
+            assert time.monotonic() < deadline, (most, [r.line() for r in records])
             most = max(most, *(file_counts(catalog.load_table(EVENTS)).get(h, 0) for h in closed))
             records += maintain(config, spark, f"{EVENTS},{REJECTS}",
                                 "rewrite_data_files,rewrite_manifests,expire_snapshots",
                                 now=datetime.now(UTC) + timedelta(hours=9))
             assert proc.poll() is None, writer_log(config_path)
+        last_batch = _marker_batch(catalog, stream.writer_id)
     finally:
         stop.set()
         lander.join(timeout=10)
@@ -280,7 +297,8 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
     outcomes = [(r.table_name, r.action, r.outcome) for r in records]
     assert all(o in ("ok", "skipped", "gave_up") for _, _, o in outcomes), [r.line() for r in records]
     rounds = sum(1 for t, a, _ in outcomes if (t, a) == (EVENTS, "rewrite_data_files"))
-    assert rounds >= 2, outcomes
+    assert rounds >= MAINTENANCE_ROUNDS, outcomes
+    assert last_batch > first_batch, (first_batch, last_batch)  # the writer committed while maintenance ran
     assert any(r.action == "rewrite_data_files" and r.outcome == "ok" for r in records)
     assert any(r.action == "expire_snapshots" and (r.snapshots_expired or 0) > 0 for r in records)
     final = maintain(config, spark, EVENTS, "rewrite_data_files")
@@ -290,6 +308,12 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
     assert table_marker(catalog, EVENTS, stream.writer_id) is not None
     print(f"{rounds} maintenance rounds; most files in a closed hour {most}, now {[now.get(h) for h in closed]}; "
           f"gave up {sum(1 for *_, o in outcomes if o == 'gave_up')} times")
+
+
+def _marker_batch(catalog: Any, writer_id: str) -> int:
+    """The batch of the writer's newest commit to the events table (-1: none yet)."""
+    marker = table_marker(catalog, EVENTS, writer_id)
+    return -1 if marker is None else marker.batch_id
 
 
 def _exists(config: LaketideConfig, table: str) -> bool:
