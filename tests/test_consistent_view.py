@@ -346,11 +346,11 @@ def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = 
 def test_reconcile_in_a_loop_beside_a_live_writer_raises_no_false_alarm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # LAKETIDE_RECONCILE_RUNS=1000: a soak of that many runs (of the current and previous hour, the cheaper run that
-    # races the writer the same way; a file and a trigger every 5 s, so that a run stays near a second as the hours
-    # fill) instead of one minute of full runs
+    # races the writer the same way; a file and a trigger every 15 s, so that a run stays near a second as the hours
+    # fill with the writer's commits and manifests, no maintenance running) instead of one minute of full runs
     wanted = int(os.environ.get("LAKETIDE_RECONCILE_RUNS") or 0)
     runs, pending, alarms, config_path = (
-        reconcile_beside_live_writer(tmp_path, 4 * 3600, last_hours=True, runs_wanted=wanted, rate=20, every=5)
+        reconcile_beside_live_writer(tmp_path, 4 * 3600, last_hours=True, runs_wanted=wanted, rate=20, every=15)
         if wanted
         else reconcile_beside_live_writer(tmp_path, 60))
     assert alarms == [], alarms

@@ -26,6 +26,7 @@ def dagbag(airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  
 def test_dagbag_integrity(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert dagbag.import_errors == {}
     assert "laketide_ingest_clicks" in dagbag.dags
+    assert "laketide_example_changes" not in dagbag.dags  # no upsert stream configured
     for dag_id, dag in dagbag.dags.items():
         assert "laketide" in dag.tags, f"{dag_id} has no 'laketide' tag"
         assert dag.doc_md, f"{dag_id} has no documentation"
@@ -166,3 +167,28 @@ def test_the_documented_by_hand_command_runs_the_writer(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ClassNotFoundException" not in done.stdout + done.stderr
     assert_exactly_once(config_path)
+
+
+def test_the_changes_example_runs_once_per_closed_hour_of_an_upsert_stream(
+        airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from laketide.airflow.downstream import hour_of
+    from tests.helpers import ACCOUNT_FIELDS, ACCOUNT_UPSERT
+
+    config_path = write_config(tmp_path, table="lake.account_changes", rejects_table="lake.account_changes_rejects",
+                               event_time_field="changed_at", event_id_field="change_id", fields=ACCOUNT_FIELDS,
+                               upsert=ACCOUNT_UPSERT)
+    monkeypatch.setenv("LAKETIDE_CONFIG", str(config_path))
+    bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
+    assert bag.import_errors == {}
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["laketide_example_changes"]))
+    assert dag.timetable.partitioned
+    (asset,) = list(dag.timetable.asset_condition.iter_assets())
+    assert asset[0].uri == "iceberg://laketide/lake/account_changes"  # the change log's closed hours
+    mapper = dag.timetable.get_partition_mapper(name=asset[0].name, uri=asset[0].uri)
+    assert mapper.to_downstream("2026-11-22T03:00:00") == "2026-11-22T03:00:00"  # one run per hour
+    assert hour_of("2026-11-22T03:00:00") == datetime(2026, 11, 22, 3, tzinfo=UTC)
+    with pytest.raises(ValueError, match="is not an hour like"):
+        hour_of("2026-11-22")

@@ -32,8 +32,8 @@ def config(tmp_path: Path, **markers: Any) -> LaketideConfig:
 
 
 def closed(reclose: bool = False, rows: int = 21690) -> ClosedPartition:
-    return ClosedPartition("clicks", "lake.clicks", KEY, rows, 12, 4711, rows + 12,
-                           "2026-11-22T20:11:00+00:00", reclose)
+    return ClosedPartition("clicks", "lake.clicks", KEY, rows, 12, 4712 if reclose else 4711, rows + 12,
+                           "2026-11-22T20:11:00+00:00", reclose, previous_snapshot_id=4711 if reclose else None)
 
 
 @pytest.fixture()
@@ -114,12 +114,15 @@ def test_every_action_gets_the_record_and_a_reclose_overwrites_the_file(
     path = marker_file(cfg, stream, KEY)
     expected = {"stream": "clicks", "table": "lake.clicks", "partition": KEY, "rows": 21690, "rejects": 12,
                 "duplicates_removed": 0, "audit": 21702,
-                "snapshot_id": "4711", "closed_at": "2026-11-22T20:11:00+00:00", "reclose": False}
+                "snapshot_id": "4711", "closed_at": "2026-11-22T20:11:00+00:00", "reclose": False,
+                "snapshot_range": {"from": None, "to": "4711"}}
     assert json.loads(path.read_text()) == expected
     assert endpoint.posts == [expected] and lines(sink) == [expected]
 
     fire(cfg, stream, closed(reclose=True, rows=21730))
-    assert json.loads(path.read_text()) == {**expected, "rows": 21730, "audit": 21742, "reclose": True}
+    assert json.loads(path.read_text()) == {**expected, "rows": 21730, "audit": 21742, "reclose": True,
+                                            "snapshot_id": "4712", "snapshot_range": {"from": "4711", "to": "4712"}}
+    assert ClosedPartition.from_dict(json.loads(path.read_text())) == closed(reclose=True, rows=21730)
     assert path.read_bytes() == payload(closed(reclose=True, rows=21730))
     assert [p["reclose"] for p in endpoint.posts] == [False, True] and len(lines(sink)) == 2
     assert sorted(p.name for p in path.parent.iterdir()) == ["_SUCCESS"]  # no temporary file left

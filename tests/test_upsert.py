@@ -321,6 +321,29 @@ def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Pa
     assert sorted(r.split(":")[0] for r in rejects) == ["field 'op' is 't'", "missing required field 'change_id'"]
     assert verify_partition(config, stream, H0).success
 
+    # the hour closed: its close event carries its snapshot range, and the example consumer reads its changes
+    from laketide.airflow.downstream import hour_changes
+    from laketide.close.closing import close, verify
+
+    with pytest.raises(ValueError, match="is not closed"):
+        hour_changes(config, "clicks", H0)
+    first = close(config, stream, verify(config, stream, H0))
+    assert first.to_dict()["snapshot_range"] == {"from": None, "to": str(first.snapshot_id)}
+    assert hour_changes(config, "clicks", H0) == {
+        "stream": "clicks", "hour": partition_key(H0), "snapshot_range": {"from": None, "to": str(first.snapshot_id)},
+        "changes": 8, "operations": {"delete": 1, "insert": 4, "update": 3}, "keys": 3}
+    # late changes of the hour re-close it: the consumer reads only what came since the first close
+    publish(stream.landing_path, [envelope("a", 70, "u", 140), envelope("d", 71, "c", 1)], partition_key(H0), "pg",
+            3, "accounts")
+    ingest(spark, config_path)
+    again = close(config, stream, verify(config, stream, H0))
+    assert again.reclose and again.to_dict()["snapshot_range"] == {"from": str(first.snapshot_id),
+                                                                    "to": str(again.snapshot_id)}
+    assert hour_changes(config, "clicks", H0) == {
+        "stream": "clicks", "hour": partition_key(H0),
+        "snapshot_range": {"from": str(first.snapshot_id), "to": str(again.snapshot_id)},
+        "changes": 2, "operations": {"insert": 1, "update": 1}, "keys": 2}
+
 
 @pytest.mark.slow
 def test_a_frozen_upsert_writer_overtaken_then_resumed_merges_nothing(tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ def close(config: LaketideConfig, stream: StreamConfig, verified: VerifiedPartit
     """Record the partition closed at the verified snapshot; return the close record (the Asset event's extra and
     the done-markers' record), a re-close when the hour had been closed before."""
     partition = parse_partition(verified.partition)
-    reclose = any(r.state == State.CLOSED for r in history(config, stream.name, partition))
+    before = [r for r in history(config, stream.name, partition) if r.state == State.CLOSED]
     closed = StatusRecord(
         stream.name, partition, State.CLOSED, rows=verified.lake, rejects=verified.rejects,
         audit=verified.audit, snapshot_id=verified.snapshot_id,
@@ -202,7 +202,8 @@ def close(config: LaketideConfig, stream: StreamConfig, verified: VerifiedPartit
         run_id=run_id,
     )
     record(config, closed)
-    return ClosedPartition.of(stream, verified, closed.recorded_at, reclose)
+    return ClosedPartition.of(stream, verified, closed.recorded_at, bool(before),
+                              before[-1].snapshot_id if before else None)
 
 
 def find_reopened(config: LaketideConfig, stream: StreamConfig, run_id: str | None = None,

@@ -133,29 +133,42 @@ class ClosedPartition:
     #: rows removed as duplicate event ids (a repair, ``dedupe_on_write``) at the verified snapshot: the audit
     #: counts them, so ``audit == rows + rejects + duplicates_removed``
     duplicates_removed: int = 0
+    #: the snapshot of the hour's previous close (None: its first close): the hour's rows at ``snapshot_id`` that
+    #: were not there at this one are what changed since a consumer last read it (``snapshot_range``)
+    previous_snapshot_id: int | None = None
 
     @classmethod
     def of(cls, stream: StreamConfig, verified: VerifiedPartition, closed_at: datetime | None = None,
-           reclose: bool = False) -> ClosedPartition:
+           reclose: bool = False, previous_snapshot_id: int | None = None) -> ClosedPartition:
         return cls(stream.name, stream.table, verified.partition, verified.lake, verified.rejects,
                    verified.snapshot_id, verified.audit, closed_at.isoformat() if closed_at else "", reclose,
-                   verified.duplicates)
+                   verified.duplicates, previous_snapshot_id)
 
     def to_dict(self) -> dict[str, Any]:
         """The Asset event's extra and the done-marker record (plain JSON values). The snapshot id is a string of
         digits: Iceberg's ids use all 63 bits, and a JSON number above 2^53 is rounded by every JavaScript reader
-        (Airflow's own UI among them) and by many JSON libraries."""
+        (Airflow's own UI among them) and by many JSON libraries.
+
+        ``snapshot_range``: ``{"from": <the snapshot of the hour's previous close, null at its first>, "to": <this
+        close's snapshot>}``: a consumer reads the hour at ``to`` (``snapshot_id``), and what changed since it last
+        read the hour as the rows at ``to`` that were not at ``from`` (``laketide.airflow.downstream.hour_changes``;
+        an upsert stream's change log only grows, so those are the hour's new changes)."""
         return {"stream": self.stream, "table": self.table, "partition": self.partition, "rows": self.rows,
                 "rejects": self.rejects, "duplicates_removed": self.duplicates_removed, "audit": self.audit,
-                "snapshot_id": None if self.snapshot_id is None else str(self.snapshot_id),
-                "closed_at": self.closed_at, "reclose": self.reclose}
+                "snapshot_id": _id(self.snapshot_id), "closed_at": self.closed_at, "reclose": self.reclose,
+                "snapshot_range": {"from": _id(self.previous_snapshot_id), "to": _id(self.snapshot_id)}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
         """Also an extra of an event emitted before ``audit``, ``closed_at``, ``reclose`` and ``duplicates_removed``
         were added, or with the snapshot id as a JSON number."""
         snapshot = data.get("snapshot_id")
+        previous = (data.get("snapshot_range") or {}).get("from")
         return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
                    int(data["rejects"]), None if snapshot is None else int(snapshot), int(data.get("audit") or 0),
                    str(data.get("closed_at") or ""), bool(data.get("reclose", False)),
-                   int(data.get("duplicates_removed") or 0))
+                   int(data.get("duplicates_removed") or 0), None if previous is None else int(previous))
+
+
+def _id(snapshot_id: int | None) -> str | None:
+    return None if snapshot_id is None else str(snapshot_id)

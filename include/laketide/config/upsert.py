@@ -20,6 +20,9 @@ from laketide.config.values import _IDENT, _Strict, check_table_name, positive_d
 UPSERT_OPERATIONS = ("insert", "update", "upsert", "c", "u", "r", "I", "U")
 DELETE_OPERATIONS = ("delete", "d", "D")
 MergeMode = Literal["merge-on-read", "copy-on-write"]
+#: what each operation value says of its key, as the lakehouse view and the example consumer count changes
+OPERATION_KINDS = {"insert": "insert", "c": "insert", "r": "insert", "I": "insert", "update": "update", "u": "update",
+                   "U": "update", "upsert": "upsert", **dict.fromkeys(DELETE_OPERATIONS, "delete")}
 
 
 class UpsertConfig(_Strict):
