@@ -158,7 +158,7 @@ os.kill(int(sys.argv[1]), signal.SIGPIPE)
   pids+=($!)
 fi
 
-say "==> sample producers: live events for streams 'clicks' and 'orders' (1% malformed, 2% late)"
+say "==> sample producers: live events for streams 'clicks' and 'orders', account changes for 'accounts' (1% malformed, 2% late)"
 env "$TOKEN" setsid python -m laketide.dev.producer --stream clicks --mode live --rate 20 --flush-seconds 10 \
   --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer.log" 2>&1 &
 producer=$!
@@ -167,6 +167,10 @@ env "$TOKEN" setsid python -m laketide.dev.producer --stream orders --mode live 
   --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer-orders.log" 2>&1 &
 producer_orders=$!
 pids+=("$producer_orders")
+env "$TOKEN" setsid python -m laketide.dev.producer --stream accounts --mode live --rate 1 --flush-seconds 30 \
+  --malformed-ratio 0.01 --late-ratio 0.02 --late-by 5m >"$LOGS/producer-accounts.log" 2>&1 &
+producer_accounts=$!
+pids+=("$producer_accounts")
 
 url="http://localhost:$AIRFLOW__API__PORT"
 airflow_pids=()
@@ -217,14 +221,16 @@ say "
   laketide is running.
 
   Airflow UI     $url   login: admin / $password
-  Writer DAG     laketide_ingest_web: one application writes both streams (laketide_ingest_<stream>_once:
+  Writer DAG     laketide_ingest_web: one application writes the three streams (laketide_ingest_<stream>_once:
                  a one-off run); its metrics: http://localhost:9108/metrics
-  Close DAGs     laketide_close_clicks, laketide_close_orders (hourly: sensor -> Great Expectations -> closed +
-                 Asset event partitioned by the hour; each run's note says what it closed)
-                 laketide_example_downstream summarises each day once its 24 hours are closed
+  Close DAGs     laketide_close_clicks, laketide_close_orders, laketide_close_accounts (hourly: sensor -> Great
+                 Expectations -> closed + Asset event partitioned by the hour; each run's note says what it closed)
+                 laketide_example_downstream summarises each day once its 24 hours are closed;
+                 laketide_example_changes reads each closed hour's account changes
   Maintenance    laketide_maintain_after_close (compaction of closed hours), laketide_maintain_daily (expiry,
                  orphans), laketide_maintain_thresholds (hourly); laketide_maintain: manual, with a form
-  Iceberg tables laketide.lake.clicks, laketide.lake.orders (events); lake.<stream>_rejects (bad lines + reason)
+  Iceberg tables laketide.lake.clicks, laketide.lake.orders (events); lake.<stream>_rejects (bad lines + reason);
+                 lake.account_changes (every account change) and lake.accounts (one row per account: the upserts)
   Catalog        $LAKETIDE_HOME/catalog.db (SQLite)   warehouse: $LAKETIDE_HOME/warehouse
   Landing zones  $LAKETIDE_HOME/landing/<stream>   (producer logs: $LOGS/producer*.log)
   Check counts   ./laketide reconcile    (per hour: audit == lake + rejects)
@@ -235,9 +241,9 @@ say "
   Ctrl-C stops everything.
 "
 status=0
-wait -n "$producer" "$producer_orders" "${airflow_pids[@]}" || status=$?
+wait -n "$producer" "$producer_orders" "$producer_accounts" "${airflow_pids[@]}" || status=$?
 # not a requested stop (that exits from the trap): the producer or an Airflow component ended by itself
-if kill -0 "$producer" 2>/dev/null && kill -0 "$producer_orders" 2>/dev/null; then
+if kill -0 "$producer" 2>/dev/null && kill -0 "$producer_orders" 2>/dev/null && kill -0 "$producer_accounts" 2>/dev/null; then
   say "error: Airflow exited ($status); see $LOGS/airflow*.log" >&2
 else
   say "error: the producer exited ($status); see $LOGS/producer*.log" >&2

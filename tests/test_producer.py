@@ -208,6 +208,26 @@ def test_make_event_works_for_any_schema(orders: StreamConfig) -> None:
     assert all(1 <= e["quantity"] <= 5 for e in events)
 
 
+def test_an_upsert_streams_sample_lines_are_changes_of_a_few_keys_in_sequence() -> None:
+    """The quickstart's ``accounts`` stream: its sample lines are changes (inserts, updates, deletes as its op field's
+    values spell them) of a bounded set of accounts, sequenced by change time, each a valid line of the stream."""
+    from laketide.config import REPO_ROOT
+
+    accounts = load_config(REPO_ROOT / "conf" / "laketide.yaml", environ={}).stream("accounts")
+    assert accounts.upsert is not None
+    rng = random.Random(3)
+    start = datetime(2026, 11, 22, 3, tzinfo=UTC)
+    events = [producer.make_event(accounts, rng, start + timedelta(seconds=i)) for i in range(2000)]
+    for event in events[:300]:
+        assert problem(accounts, producer.encode_event(event)) is None, event
+    ops = Counter(e["op"] for e in events)
+    assert set(ops) == {"insert", "update", "delete"} and ops["update"] > ops["insert"] > ops["delete"] > 0, ops
+    keys = {e["account_id"] for e in events}
+    assert 300 < len(keys) <= 500 and all(k.startswith("acct-") for k in keys)  # keys change again and again
+    versions = [e["version"] for e in events]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)  # later changes are newer
+
+
 @pytest.mark.parametrize("kind", producer.MALFORMED_KINDS)
 @pytest.mark.parametrize("stream_name", ["clicks", "orders"])
 def test_every_malformed_kind_is_really_invalid(config: LaketideConfig, stream_name: str, kind: str) -> None:

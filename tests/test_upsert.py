@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -153,6 +154,12 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     ingest(spark, config_path)
     assert merged(config_path) == fold(landing.changes) == {
         "a": (3, 30, None), "b": (2, 6, None), "c": (1, 7, None), "d": (1, 100, None)}
+    # the lakehouse view's batches: the keys each merge changed, by the operation of their newest change
+    from laketide.airflow.ui.writer import writer as writer_panel
+
+    batches = writer_panel(load(config_path), stream).batches
+    assert batches and all(b.operations for b in batches), batches
+    assert sum((Counter(b.operations) for b in batches), Counter()) == {"insert": 2, "update": 2}
     rejects = load_catalog(load(config_path).catalog).load_table("lake.account_changes_rejects").scan().to_arrow()
     assert [r.split(": not one of")[0] for r in rejects.column("reason").to_pylist()] == ["field 'op' is 'merge'"]
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from laketide.config import StreamConfig
+from laketide.config.upsert import OPERATION_KINDS
 from laketide.lake.hours import partition_key
 
 #: every kind of bad line the producer can write (see :func:`make_malformed`)
@@ -51,6 +52,10 @@ WRONG_VALUES: dict[str, tuple[Any, ...]] = {
 #: non-ASCII words encoded as Latin-1: not valid UTF-8
 LATIN1_WORDS = ("São Paulo", "café", "Zürich", "naïve")
 _INT32_MAX = 2**31 - 1
+#: an upsert stream's sample changes: keys drawn from this many, and the weights of their operations
+CHANGE_KEYS = 500
+CHANGE_KINDS = {"update": 0.75, "insert": 0.15, "delete": 0.10}
+STATUSES = ("active",) * 6 + ("frozen", "closed")
 
 
 def _utcnow() -> datetime:
@@ -96,6 +101,8 @@ def make_value(name: str, field_type: str, rng: random.Random, event_time: datet
             return f"u{rng.randint(1, 100_000):06d}"
         if lname.endswith("id"):
             return uuid.UUID(int=rng.getrandbits(128), version=4).hex
+        if "status" in lname or "state" in lname:
+            return rng.choice(STATUSES)
         return f"{rng.choice(WORDS)}-{rng.randint(1, 999)}"
     if field_type in ("long", "int"):
         if any(k in lname for k in ("duration", "latency", "elapsed", "_ms")):
@@ -150,7 +157,29 @@ def make_event(
             continue
         else:
             event[name] = make_value(name, spec.type, rng, event_time)
+    if stream.upsert is not None:
+        _as_change(event, stream, rng, event_time)
     return event
+
+
+def _as_change(event: dict[str, Any], stream: StreamConfig, rng: random.Random, event_time: datetime) -> None:
+    """Make ``event`` a change of an upsert stream: its key drawn from :data:`CHANGE_KEYS` keys, its operation by
+    :data:`CHANGE_KINDS` (as the operation field's ``values`` spell it), its sequence the change time in microseconds
+    (a late change is older than the ones that arrived before it: the merge drops it when they touched its key)."""
+    upsert = stream.upsert
+    assert upsert is not None
+    key = rng.randrange(CHANGE_KEYS)
+    for name in upsert.primary_key:
+        kind = stream.fields[name].type
+        event[name] = f"acct-{key:04d}" if kind == "string" else key
+    allowed = stream.fields[upsert.operation_field].values
+    wanted = rng.choices(list(CHANGE_KINDS), weights=list(CHANGE_KINDS.values()))[0]
+    spelled = [v for v in (allowed or ()) if OPERATION_KINDS.get(v) == wanted]
+    event[upsert.operation_field] = spelled[0] if spelled else wanted
+    micros = int(event_time.timestamp() * 1_000_000) + rng.randrange(1000)
+    sequence = stream.fields[upsert.sequence_field].type
+    event[upsert.sequence_field] = (format_time(event_time) if sequence == "timestamp"
+                                    else micros if sequence == "long" else int(event_time.timestamp()))
 
 
 def encode_event(event: Any) -> bytes:

@@ -25,13 +25,14 @@ applied, for the operator and the checks.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from laketide import logs
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.config.upsert import DELETE_OPERATIONS, UpsertConfig, tombstones_table
+from laketide.config.upsert import DELETE_OPERATIONS, OPERATION_KINDS, UpsertConfig, tombstones_table
 from laketide.errors import WriterFencedError
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import sink
@@ -45,8 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.ingest.merge_sink")
 
-#: a folded change's columns beside the stream's fields: a delete (true) or an upsert
+#: a folded change's columns beside the stream's fields: a delete (true) or an upsert, and what its operation
+#: says of the key (``config.upsert.OPERATION_KINDS``: insert, update, upsert, delete)
 DELETE = "_delete"
+KIND = "_kind"
 #: the change-log snapshot a merged-table commit applied through, and the change-log rows it read
 APPLIED = "laketide.changelog-snapshot"
 CHANGES = "laketide.changes"
@@ -81,7 +84,10 @@ def fold(changes: DataFrame, stream: StreamConfig) -> DataFrame:
     assert upsert is not None
     order = Window.partitionBy(*[_q(k) for k in upsert.primary_key]).orderBy(
         F.col(_q(upsert.sequence_field)).desc(), F.col(DELETE).desc(), F.col(_q(stream.event_id_field)).desc())
-    return (changes.select(*[_q(c) for c in merged_columns(stream)], is_delete(stream).alias(DELETE))
+    kinds = F.create_map(*[F.lit(x) for pair in OPERATION_KINDS.items() for x in pair])
+    kind = F.coalesce(kinds[F.col(_q(upsert.operation_field))], F.col(_q(upsert.operation_field)))
+    return (changes.select(*[_q(c) for c in merged_columns(stream)], is_delete(stream).alias(DELETE),
+                           kind.alias(KIND))
             .withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n"))
 
 
@@ -262,11 +268,15 @@ class MergeSink:
 
     def _figures(self, folded: DataFrame, batch_id: int, target: int) -> tuple[int, int, dict[str, str]]:
         """The folded changes and deletes, and the summary properties of the commits applying them."""
-        counts = folded.groupBy(DELETE).count().collect()
+        counts = folded.groupBy(DELETE, KIND).count().collect()
         deletes = sum(int(r["count"]) for r in counts if r[DELETE])
         total = sum(int(r["count"]) for r in counts)
+        kinds: dict[str, int] = {}
+        for r in counts:
+            kinds[str(r[KIND])] = kinds.get(str(r[KIND]), 0) + int(r["count"])
         props = {commits.WRITER_ID: self.stream.writer_id, commits.BATCH_ID: str(batch_id), APPLIED: str(target),
-                 CHANGES: str(total), DELETES: str(deletes)}
+                 CHANGES: str(total), DELETES: str(deletes),
+                 commits.OPERATIONS: json.dumps(dict(sorted(kinds.items())))}
         return total, deletes, props
 
     def rebuild(self, spark: SparkSession, target: int, batch_id: int) -> int:

@@ -56,6 +56,9 @@ PARTITION_ROWS = "laketide.partition-rows"
 VALID_ROWS = "laketide.valid-rows"
 REJECTED_ROWS = "laketide.rejected-rows"
 REDO_ID = "laketide.redo-id"
+#: an upsert stream's merged-table commit: the keys it changed, by the operation of their newest change (JSON
+#: object: {"insert": 3, "update": 12, "delete": 1}; ``ingest.merge_sink``)
+OPERATIONS = "laketide.operations"
 REDO_HINT = ("See docs/operations.md (checkpoint and table disagree): redo from a snapshot with the "
              "laketide_redo DAG, or reset the checkpoint and writer id deliberately.")
 

@@ -103,6 +103,9 @@ class Batch(BaseModel):
     files: int = 0
     #: commit time - the newest landing time of its files (seconds), when the writer recorded the files' times
     freshness_s: float | None = None
+    #: an upsert stream's batch: the keys its merge changed, by the operation of their newest change
+    #: (insert, update, delete; ``upsert`` for a change that does not say)
+    operations: dict[str, int] | None = None
 
 
 class Freshness(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from laketide.airflow.ui import models
 from laketide.config import LaketideConfig, StreamConfig
@@ -21,6 +22,7 @@ from laketide.lake.commits import (
     BATCH_ID,
     MAX_EVENT_TIME,
     MIN_EVENT_TIME,
+    OPERATIONS,
     PARTITION_ROWS,
     REJECTED_ROWS,
     VALID_ROWS,
@@ -86,6 +88,27 @@ def batch(snap: Snap) -> models.Batch:
         freshness_s=round((snap.timestamp_ms - max(landed)) / 1000, 1) if landed else None)
 
 
+def merged_operations(catalog: Any, stream: StreamConfig, oldest_batch: int) -> dict[int, dict[str, int]]:
+    """An upsert stream's merged-table commits back to batch ``oldest_batch``: batch id -> the keys it changed by
+    operation (``lake.commits.OPERATIONS``). Empty for an append stream or a merged table not created yet."""
+    if stream.upsert is None:
+        return {}
+
+    def stop(snap: Snap) -> bool:
+        return snap.summary.get(WRITER_ID) == stream.writer_id and int(snap.summary.get(BATCH_ID, -1)) < oldest_batch
+
+    try:
+        _, snaps = lineage(catalog, stream.upsert.table, stop)
+    except TableNotFoundError:
+        return {}
+    out: dict[int, dict[str, int]] = {}
+    for snap in snaps:
+        summary = snap.summary
+        if summary.get(WRITER_ID) == stream.writer_id and BATCH_ID in summary and OPERATIONS in summary:
+            out.setdefault(int(summary[BATCH_ID]), json.loads(summary[OPERATIONS]))
+    return out
+
+
 def freshness(commits: list[Snap], since_ms: int) -> models.Freshness:
     """Landed -> committed of the writer commits at or after ``since_ms`` (``laketide.ingest.backlog.latency``)."""
     figures = latency(commits, since_ms)
@@ -145,10 +168,14 @@ def writer(config: LaketideConfig, stream: StreamConfig, limit: int = 20, now: d
     watermark = newest.summary.get(WATERMARK) if newest is not None else None
     lag = None if watermark is None else round((now - datetime.fromisoformat(watermark)).total_seconds(), 1)
     oldest = min(pending, key=lambda f: f.landed_ms, default=None)
+    shown = [batch(s) for s in commits[:limit]]
+    if shown and stream.upsert is not None:
+        operations = merged_operations(catalog, stream, min(b.batch_id for b in shown))
+        shown = [b.model_copy(update={"operations": operations.get(b.batch_id)}) for b in shown]
     return models.Writer(
         stream=stream.name, group=stream.writer_group, reported=reported(config, stream),
         writer_id=stream.writer_id, running=state == "running", state=state, holder=holder,
-        writer_lease_s=stream.writer_lease.total_seconds(), batches=[batch(s) for s in commits[:limit]],
+        writer_lease_s=stream.writer_lease.total_seconds(), batches=shown,
         last_commit=None if newest is None else _at(newest.timestamp_ms), watermark=watermark, lag_s=lag,
         backlog_files=len(pending), backlog_bytes=sum(f.size for f in pending),
         oldest_backlog=None if oldest is None else oldest.name,

@@ -135,12 +135,20 @@ var laketide = (function () {
           ", max " + secs(f.max_s) +
           " <span class=muted>(" + f.files + " file(s) in " + f.commits + " commit(s), last hour)</span>" : "no commit in the last hour") + "</dd>" +
         "<dt>last commit</dt><dd>" + esc(w.last_commit || "none") + "</dd></dl>";
+      var keyed = w.batches.some(function (b) { return b.operations; });  // an upsert stream: what each merge did
+      var ops = function (b) {
+        var o = b.operations || {};
+        return '</td><td class="num">' + (b.operations ? n(o.insert || 0) + " / " + n(o.update || 0) +
+          (o.upsert ? " (+" + n(o.upsert) + " upserts)" : "") + " / " + n(o["delete"] || 0) : "–");
+      };
       var rows = w.batches.map(function (b) {
         return '<tr><td class="num">' + b.batch_id + '</td><td class="num">' + n(b.rows) + '</td><td class="num">' +
-          n(b.rejects) + "</td><td>" + esc((b.min_event_time || "–") + " → " + (b.max_event_time || "–")) + "</td><td>" +
+          n(b.rejects) + (keyed ? ops(b) : "") + "</td><td>" + esc((b.min_event_time || "–") + " → " + (b.max_event_time || "–")) + "</td><td>" +
           esc(b.committed_at) + '</td><td class="num">' + secs(b.freshness_s) + "</td></tr>";
       });
-      $("writer").innerHTML = kv + (rows.length ? table(["#batch", "#rows", "#rejects", "event times", "committed", "#landed→committed"], rows) : "");
+      var head = ["#batch", keyed ? "#changes" : "#rows", "#rejects"].concat(keyed ? ["#keys inserted / updated / deleted"] : [])
+        .concat(["event times", "committed", "#landed→committed"]);
+      $("writer").innerHTML = kv + (rows.length ? table(head, rows) : "");
     }).catch(function (e) { fail($("writer"), e); });
   }
   function loadLanding() {
