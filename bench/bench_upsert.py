@@ -174,6 +174,42 @@ class Bench:
         return seconds
 
 
+    def reads(self, tag: str, repeats: int) -> dict[str, Any]:
+        """Read times over the merged table of ``tag`` (a full scan that sums a column, and one key's lookup), its
+        delete files, before and after a compaction as the maintenance job runs it on a merged table (data files
+        rewritten with their deletes applied, then the position deletes left pointing at them dropped)."""
+        name = f"{self.cat}.{self.stream(tag).upsert.table}"
+        queries = {"scan": f"SELECT count(*), sum(balance) FROM {name}",
+                   "lookup": f"SELECT * FROM {name} WHERE account_id = 'acct-00001234'"}
+
+        def measure() -> dict[str, float]:
+            out = {}
+            for what, sql in queries.items():
+                times = []
+                for _ in range(repeats):
+                    started = time.monotonic()
+                    self.spark.sql(sql).collect()
+                    times.append(time.monotonic() - started)
+                out[what] = statistics.median(times)
+            return out
+
+        def deletes() -> int:
+            return int(self.spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0])
+
+        before, deletes_before, rows = measure(), deletes(), self.spark.table(name).count()
+        started = time.monotonic()
+        self.spark.sql(f"CALL {self.cat}.system.rewrite_data_files(table => '{name}', options => "
+                       "map('delete-file-threshold', '1', 'min-input-files', '1'))").collect()
+        self.spark.sql(f"CALL {self.cat}.system.rewrite_position_delete_files(table => '{name}', "
+                       "options => map('rewrite-all', 'true'))").collect()
+        compaction = time.monotonic() - started
+        after = measure()
+        if self.spark.table(name).count() != rows:
+            raise AssertionError(f"{name}: the compaction changed the row count")
+        return {"rows": rows, "delete_files_before": deletes_before, "delete_files_after": deletes(),
+                "before": before, "after": after, "compaction_s": compaction}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--changes", type=int, default=400_000)
@@ -185,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-rows", type=int, default=100_000)
     parser.add_argument("--batch-keys", type=int, default=10_000)
     parser.add_argument("--growth-rounds", type=int, default=3)
+    parser.add_argument("--read-repeats", type=int, default=3, help="times each read is run, before and after")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -244,10 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     factor = statistics.median(growth["big"]) / statistics.median(growth["small"])
     print(f"one {args.batch_keys:,}-change merge into {args.big_rows:,} rows vs {args.small_rows:,} rows: "
           f"{factor:.2f}x (target <= {TARGET_GROWTH})", flush=True)
+    read = bench.reads("growth_big", args.read_repeats)
+    print(f"reads of the {read['rows']:,}-row merged table (median of {args.read_repeats}): "
+          + "; ".join(f"{what} {read['before'][what]:.2f}s with {read['delete_files_before']} delete file(s), "
+                      f"{read['after'][what]:.2f}s after compaction ({read['before'][what] / read['after'][what]:.1f}x)"
+                      for what in ("scan", "lookup"))
+          + f"; the compaction {read['compaction_s']:.1f}s, {read['delete_files_after']} delete file(s) left",
+          flush=True)
     spark.stop()
     if args.json:
         args.json.write_text(json.dumps({"ratio": ratio, "per_round": per_round, "seconds": seconds,
-                                         "growth": growth, "growth_factor": factor}, indent=1))
+                                         "growth": growth, "growth_factor": factor, "reads": read}, indent=1))
     return 0
 
 
