@@ -326,7 +326,7 @@ def reconcile_beside_live_writer(home: Path, seconds: float, last_hours: bool = 
             alarms += [f"run {runs}: {p}" for p in report.problems()]
             if runs_wanted and runs % 100 == 0:
                 print(f"reconcile soak: {runs} runs, {pending} saw files not ingested, {len(alarms)} false alarm(s)",
-                      flush=True)
+                      file=sys.__stderr__, flush=True)  # past any capture: the soak's progress
         assert writer.poll() is None, writer_log(config_path)[-5000:]
     finally:
         kill_group(producer)
