@@ -216,6 +216,29 @@ def freeze(proc: subprocess.Popen[bytes], config_path: Path) -> None:
     raise AssertionError("the writer kept SQLite's write lock at every freeze: it never left its transaction")
 
 
+def wait_lease_silent(config_path: Path, timeout: float = 60) -> None:
+    """Wait until the lease of every stream of the configuration has had no heartbeat for longer than the stream's
+    ``writer_lease``, as the takeover rule of ``laketide.lake.lease`` counts it: from then on a second writer takes
+    it over (a frozen holder stays silent). Instead of a fixed sleep past the lease. A free lease counts as silent."""
+    from laketide.lake.lease import WriterLease, engine_for
+
+    config = load(config_path)
+    engine = engine_for(config.catalog)
+    leases = [WriterLease(engine, s.writer_id, s.writer_lease, "test") for s in config.streams]
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            now = time.time()
+            holders = [(lease, lease.holder()) for lease in leases]
+            if all(h is None or now - h.heartbeat_at > lease.ttl for lease, h in holders):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"a lease still had heartbeats after {timeout}s: {[h for _, h in holders]}")
+            time.sleep(0.2)
+    finally:
+        engine.dispose()
+
+
 def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
     """Wait until ``path`` exists; fail early if the process ended first."""
     deadline = time.monotonic() + timeout

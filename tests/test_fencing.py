@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from laketide.lake.commits import read_checkpoint
-from tests.helpers import exit_code, freeze, kill_group, load, start_writer, wait_for
+from tests.helpers import exit_code, freeze, kill_group, load, start_writer, wait_for, wait_lease_silent
 from tests.pg import PgCluster
 from tests.test_writer import assert_exactly_once, landed
 
@@ -104,7 +104,7 @@ def frozen_writer_overtaken(tmp_path: Path, catalog_uri: str | None, commit_path
         assert f"process {a.pid} on host" in log_c.read_text(errors="replace")
         assert "is already running" in log_c.read_text(errors="replace")
 
-        time.sleep(6)  # A stays frozen past its lease: B takes the stream over
+        wait_lease_silent(config_path)  # A stays frozen past its lease: B takes the stream over
         b = start_writer(config_path, mode="continuous", log=log_b)
         wait_committed(config_path, 3, b, log_b)
         assert "silent for longer than writer_lease" in log_b.read_text(errors="replace")
