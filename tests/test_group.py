@@ -37,6 +37,7 @@ from tests.helpers import (
     start_writer,
     unique_catalog,
     wait_for,
+    wait_lease_silent,
     write_group_config,
     writer_log,
 )
@@ -123,7 +124,7 @@ def test_a_frozen_application_overtaken_then_resumed_commits_nothing(lake: Path)
     try:
         wait_for(faults / f"before_commit-{batch}.reached", first)  # b's batch written, not committed
         freeze(first, lake)  # outside a SQLite write transaction: a frozen lock holder blocks every process
-        time.sleep(6)  # past the 5 s lease: the second application takes every stream over
+        wait_lease_silent(lake)  # past the 5 s lease: the second application takes every stream over
         second = start_writer(lake, mode="continuous", log=log_b, group=GROUP)
         deadline = time.monotonic() + 240
         while committed(lake, "b") < batch and time.monotonic() < deadline:
