@@ -258,6 +258,7 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
     # files land from the first round on (files landed during the writer's start would only lengthen its catch-up)
     lander = threading.Thread(target=land, daemon=True)
     lander.start()
+    rounds_done = False
     try:
         close_hours(config, *closed)
         records: list[MaintenanceRecord] = []
@@ -280,9 +281,12 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
                                 now=datetime.now(UTC) + timedelta(hours=9))
             assert proc.poll() is None, writer_log(config_path)
         last_batch = _marker_batch(catalog, stream.writer_id)
+        rounds_done = True
     finally:
         stop.set()
         lander.join(timeout=10)
+        if not rounds_done and proc.poll() is None:  # a failed round: the writer does not outlive the test
+            kill_group(proc)
     deadline = time.monotonic() + 120
     while reconcile(config, stream).pending_files and time.monotonic() < deadline:
         assert proc.poll() is None, writer_log(config_path)
