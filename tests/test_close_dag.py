@@ -173,7 +173,8 @@ def test_complete_hour_closes_with_status_partitioned_event_markers_and_note(env
     (event,) = asset_events(env, lake.key(0))
     record = {"stream": "clicks", "table": "lake.clicks", "partition": lake.key(0), "rows": rows, "rejects": rejects,
               "duplicates_removed": 0, "audit": audit, "snapshot_id": str(current),
-              "closed_at": closed.recorded_at.isoformat(), "reclose": False}
+              "closed_at": closed.recorded_at.isoformat(), "reclose": False,
+              "snapshot_range": {"from": None, "to": str(current)}}  # its first close: every row of the hour
     assert event == {**record, "partition_key": airflow_key(lake.hours[0])}
     # the same record through every done-marker: the marker file, the POST, the callable
     assert env.marker(0) == record

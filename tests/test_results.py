@@ -43,10 +43,11 @@ def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) 
     assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
     at = datetime(2026, 11, 22, 4, 12, 5, tzinfo=UTC)
-    closed = ClosedPartition.of(stream, verified, closed_at=at, reclose=True)
+    closed = ClosedPartition.of(stream, verified, closed_at=at, reclose=True, previous_snapshot_id=41)
     assert closed.to_dict() == {"stream": "clicks", "table": stream.table, "partition": KEY, "rows": 8,
                                 "rejects": 2, "duplicates_removed": 0, "audit": 10, "snapshot_id": "42",
-                                "closed_at": "2026-11-22T04:12:05+00:00", "reclose": True}
+                                "closed_at": "2026-11-22T04:12:05+00:00", "reclose": True,
+                                "snapshot_range": {"from": "41", "to": "42"}}
     assert ClosedPartition.from_dict(json.loads(json.dumps(closed.to_dict()))) == closed
     # a repaired hour's record names the duplicates removed, which its audit counts
     repaired = VerifiedPartition.from_dict({**verified.to_dict(), "audit": 13, "duplicates": 3})
