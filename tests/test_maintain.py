@@ -470,6 +470,11 @@ def test_threshold_actions() -> None:
     assert plan.threshold_actions(11, 101, policy) == ["rewrite_manifests", "expire_snapshots"]
     only_expiry = TablePolicy(actions=["expire_snapshots"], max_manifests=10)
     assert plan.threshold_actions(50, 6000, only_expiry) == ["expire_snapshots"]
+    # an upsert stream's merged table: due for compaction once it holds min_input_files delete files
+    merged = TablePolicy(min_input_files=5)
+    assert plan.threshold_actions(1, 1, merged, delete_files=4) == []
+    assert plan.threshold_actions(1, 1, merged, delete_files=5) == ["rewrite_data_files"]
+    assert plan.threshold_actions(1, 1, only_expiry, delete_files=50) == []
 
 
 def test_small_file_threshold_counts_closed_hours_only() -> None:

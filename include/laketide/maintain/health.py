@@ -108,9 +108,8 @@ class Health:
     last_maintenance: datetime | None
     #: delete files (an upsert stream's merged table): each one a read merges in until compaction applies it
     delete_files: int = 0
-    #: rows those files delete, against the rows of the data files
+    #: rows those files delete
     deleted_rows: int = 0
-    records: int = 0
 
     @property
     def small_file_ratio(self) -> float:
@@ -134,7 +133,7 @@ def table_health(table: Table, name: str, target_size: int, closed: list[datetim
     small = sum(1 for s in sizes if s < SMALL_FILE_SHARE * target_size)
     per_closed = [len(by_hour.get(h, [])) for h in closed]
     return Health(name, stats.files, small, stats.manifests, stats.snapshots, stats.metadata_bytes,
-                  len(closed), max(per_closed, default=0), last, stats.delete_files, stats.deleted_rows, stats.records)
+                  len(closed), max(per_closed, default=0), last, stats.delete_files, stats.deleted_rows)
 
 
 def health(config: LaketideConfig) -> list[Health]:
@@ -223,10 +222,8 @@ def due_by_threshold(config: LaketideConfig) -> dict[str, list[str]]:
                 closed_by_stream[name] = closed_hours(latest(config, name))
             per_hour = small_files_per_hour(hourly_files(table), closed_by_stream[name], policy.target_file_size)
             small = max(per_hour.values(), default=0)
-        actions = threshold_actions(stats.manifests, stats.snapshots, policy, small)
-        if (target.kind == "merged" and stats.delete_files >= policy.min_input_files
-                and "rewrite_data_files" in policy.actions and "rewrite_data_files" not in actions):
-            actions.append("rewrite_data_files")  # every read of the keyed table merges its delete files in
+        deletes = stats.delete_files if target.kind == "merged" else 0
+        actions = threshold_actions(stats.manifests, stats.snapshots, policy, small, deletes)
         if actions:
             due[target.table] = actions
     return due

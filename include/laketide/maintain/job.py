@@ -33,7 +33,7 @@ from laketide.lake.hours import hours_filter, partition_key, timestamp_literal
 from laketide.lake.internals import reopen_sqlite_connections
 from laketide.lake.lease import MAINTENANCE_PREFIX, WriterLease, engine_for
 from laketide.maintain import plan
-from laketide.maintain.health import file_counts, snaps, table_stats
+from laketide.maintain.health import TableStats, file_counts, snaps, table_stats
 from laketide.maintain.record import BUSY, MaintenanceRecord, record
 
 if TYPE_CHECKING:
@@ -168,10 +168,11 @@ class Maintainer:
         table.expireSnapshots().expireOlderThan(older_than_ms).retainLast(retain_last).cleanExpiredFiles(True) \
             .commit()
 
-    def _before(self, rec: MaintenanceRecord, table: Table) -> None:
+    def _before(self, rec: MaintenanceRecord, table: Table) -> TableStats:
         stats = table_stats(table)
         rec.files_before, rec.bytes_before = stats.files, stats.bytes
         rec.manifests_before, rec.snapshots_before = stats.manifests, stats.snapshots
+        return stats
 
     def _after(self, rec: MaintenanceRecord, name: str) -> None:
         stats = table_stats(self._load(name))
@@ -191,7 +192,7 @@ class Maintainer:
 
     def rewrite_data_files(self, target: plan.Target, policy: TablePolicy, rec: MaintenanceRecord) -> None:
         table = self._load(target.table)
-        self._before(rec, table)
+        before = self._before(rec, table)
         where = ""
         column = target.hour_column
         if column is not None:
@@ -211,8 +212,7 @@ class Maintainer:
                 return
             rec.detail = f"{len(hours)} closed hours, {in_hours} files in them"
             where = f', where => "{hours_filter(column, hours)}"'
-        elif (rec.files_before or 0) < policy.min_input_files and not (target.kind == "merged" and
-                                                                      table_stats(table).delete_files):
+        elif before.files < policy.min_input_files and not (target.kind == "merged" and before.delete_files):
             rec.outcome, rec.detail = "skipped", f"{rec.files_before} data files"
             return
         if rec.dry_run:

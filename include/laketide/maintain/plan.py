@@ -234,7 +234,8 @@ def small_files_per_hour(sizes: Mapping[datetime, Sequence[int]], hours: Iterabl
     return {hour: n for hour, n in sorted(counts.items()) if n}
 
 
-def threshold_actions(manifests: int, snapshots: int, policy: TablePolicy, small_files: int = 0) -> list[str]:
+def threshold_actions(manifests: int, snapshots: int, policy: TablePolicy, small_files: int = 0,
+                      delete_files: int = 0) -> list[str]:
     """The actions a table is due for by its thresholds, among its policy's actions: between the runs after closes
     and the daily one, a table that grows fast is not left waiting.
 
@@ -243,9 +244,12 @@ def threshold_actions(manifests: int, snapshots: int, policy: TablePolicy, small
         expire_snapshots)
     :param small_files: the most small data files of any closed hour (``max_small_files``: rewrite_data_files;
         open hours are never compacted)
+    :param delete_files: delete files of an upsert stream's merged table, which every read merges in
+        (``min_input_files`` or more: rewrite_data_files applies them)
     """
     due = []
-    if "rewrite_data_files" in policy.actions and small_files > policy.max_small_files:
+    if "rewrite_data_files" in policy.actions and (small_files > policy.max_small_files
+                                                   or delete_files >= max(1, policy.min_input_files)):
         due.append("rewrite_data_files")
     if "rewrite_manifests" in policy.actions and manifests > policy.max_manifests:
         due.append("rewrite_manifests")

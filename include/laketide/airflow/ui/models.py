@@ -195,12 +195,11 @@ class TableHealth(BaseModel):
     closed_hours: int
     max_files_per_closed_hour: int
     last_maintenance: str | None = None
-    #: delete files (an upsert stream's merged table under merge-on-read), their share of the files a read opens,
-    #: the rows they delete and the rows of the data files
+    #: delete files (an upsert stream's merged table under merge-on-read), their share of the files a read opens
+    #: and the rows they delete
     delete_files: int = 0
     delete_file_share: float = 0.0
     deleted_rows: int = 0
-    records: int = 0
 
 
 class MaintenanceStep(BaseModel):

@@ -81,7 +81,7 @@ def health(config: LaketideConfig, per_table: int = 10) -> models.Health:
         table=h.table, files=h.files, small_files=h.small_files, small_file_ratio=round(h.small_file_ratio, 3),
         manifests=h.manifests, snapshots=h.snapshots, metadata_bytes=h.metadata_bytes, closed_hours=h.closed_hours,
         max_files_per_closed_hour=h.max_files_per_closed_hour, delete_files=h.delete_files,
-        delete_file_share=round(h.delete_file_share, 3), deleted_rows=h.deleted_rows, records=h.records,
+        delete_file_share=round(h.delete_file_share, 3), deleted_rows=h.deleted_rows,
         last_maintenance=None if h.last_maintenance is None else h.last_maintenance.isoformat(timespec="seconds"))
         for h in read(config)]
     steps: list[models.MaintenanceStep] = []
