@@ -42,7 +42,9 @@ from airflow.sdk import DAG, CronPartitionTimetable, Param, task, task_group, te
 from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.callbacks import alert
 from laketide.airflow.hooks import airflow_config
+from laketide.airflow.operators import close_task
 from laketide.airflow.sensors import PartitionCompletionSensor
+from laketide.airflow.timetables import ReplayHours
 from laketide.config import get_config
 from laketide.lake.hours import AIRFLOW_KEY_FORMAT
 
@@ -65,8 +67,10 @@ for _stream in _config.streams:
         description=f"Close hourly partitions of {_stream.table}: sensor -> verify -> record + Asset event",
         doc_md=__doc__,
         # one run per hour, its partition key the hour it closes: the run at the cron tick closes the hour before
-        # it (run_offset=-1), a backfill the hours of its range (the key of each hour is the hour itself)
-        schedule=CronPartitionTimetable("0 * * * *", timezone="UTC", run_offset=-1, key_format=AIRFLOW_KEY_FORMAT),
+        # it (run_offset=-1), a backfill the hours of its range (the key of each hour is the hour itself); a replayed
+        # stream (live: false) gets no scheduled runs, its hours close by backfill or close range
+        schedule=(CronPartitionTimetable if _stream.live else ReplayHours)(
+            "0 * * * *", timezone="UTC", run_offset=-1, key_format=AIRFLOW_KEY_FORMAT),
         # no hour before the stream's earliest accepted event time can hold rows: backfills may reach back to it
         start_date=datetime.fromisoformat(_stream.min_event_time),
         catchup=False,
@@ -156,7 +160,7 @@ for _stream in _config.streams:
                 raise _fail(exc) from exc
             return verified.to_dict()
 
-        @task(outlets=[_asset])
+        @close_task(outlets=[_asset])
         def close(verified: dict[str, Any], stream: str = _name, asset: Any = _asset,
                   **context: Any) -> dict[str, Any]:
             from laketide.airflow.assets import announce
@@ -188,7 +192,7 @@ for _stream in _config.streams:
             config = airflow_config()
             return find(config, config.stream(stream), context["run_id"], closing=keys)
 
-        @task(outlets=[_asset])
+        @close_task(outlets=[_asset])
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> dict[str, Any]:
             from laketide.airflow.assets import announce
             from laketide.close.closing import close, parse_hour, verify

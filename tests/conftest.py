@@ -21,6 +21,8 @@ atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 os.environ.update({
     "AIRFLOW_HOME": str(_AIRFLOW_HOME),
     "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+    # laketide's plugin: the lakehouse view and the replayed streams' close timetable (which DAGs serialize with)
+    "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',

@@ -214,22 +214,28 @@ def test_history_closes_in_one_range_run(replay: tuple[Path, Any]) -> None:
         day_of(None)
 
 
+@pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])
 def test_backfill_creates_one_run_per_old_hour(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                               airflow_db: Path) -> None:
+                                               airflow_db: Path, live: bool) -> None:
     """``airflow backfill create`` plans its runs from the DAG's partitioned timetable: one per hour of the range
     (both ends included), each carrying its hour as partition key, years before the DAG's first scheduled run;
-    the range param stays empty. The runs are created as the command creates them (then removed again)."""
+    the range param stays empty. The runs are created as the command creates them (then removed again).
+    A live stream's close DAG is scheduled hourly; a replayed stream's (``live: false``) never is: the scheduler
+    gets no next run from its timetable, while its backfill enumerates the same runs."""
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models.backfill import Backfill, _create_backfill
+    from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
     from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.session import create_session
 
     from laketide.config import REPO_ROOT
 
-    monkeypatch.setenv("LAKETIDE_CONFIG", str(write_config(tmp_path)))
+    monkeypatch.setenv("LAKETIDE_CONFIG", str(write_config(tmp_path, live=live)))
     dag = DagBag(dag_folder=str(REPO_ROOT / "dags")).dags[DAG_ID]
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert serialized.timetable.can_be_scheduled is live
+    assert type(serialized.timetable).__name__ == ("CronPartitionTimetable" if live else "ReplayHours")
     infos = list(serialized.iter_dagrun_infos_between(START, START + timedelta(hours=3)))  # both ends included
     hours = [START + timedelta(hours=h) for h in range(4)]
     assert [(i.partition_key, i.partition_date) for i in infos] == [(h.strftime("%Y-%m-%dT%H:%M:%S"), h)
@@ -238,6 +244,13 @@ def test_backfill_creates_one_run_per_old_hour(monkeypatch: pytest.MonkeyPatch, 
     assert dict(dag.params.dump()) == {"start": None, "end": None}
 
     sync_dags()
+    with create_session() as session:  # what the scheduler reads: the next run it would create
+        model = session.get(DagModel, DAG_ID)
+        assert model is not None
+        if live:
+            assert model.next_dagrun_partition_key is not None and model.next_dagrun_create_after is not None
+        else:
+            assert model.next_dagrun_create_after is None and model.next_dagrun_partition_key is None
     backfill = _create_backfill(dag_id=DAG_ID, from_date=START, to_date=START + timedelta(hours=3),
                                 max_active_runs=2, reverse=False, dag_run_conf=None, triggering_user_name="test")
     with create_session() as session:
