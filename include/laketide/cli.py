@@ -4,9 +4,9 @@
     ./laketide reconcile [--stream S]             audit == lake + rejects per hour (exit 1 only for a problem)
     ./laketide snapshots [--stream S] [--limit N] the events table's snapshot timeline (ids for a redo)
     ./laketide submit JOB [ARGS...]               run a Spark job by hand, exactly as Airflow submits it
-    ./laketide redo --stream S (--snapshot-id ID | --at TIME) [--start H --end H] [--apply]
-    ./laketide backfill --stream S --start H --end H [--apply]
-    ./laketide repair --stream S --start H --end H [--apply]
+    ./laketide redo --stream S (--snapshot-id ID | --at TIME) [--start H --end H] [--apply] [--wait S | --no-wait]
+    ./laketide backfill --stream S --start H --end H [--apply] [--wait S | --no-wait]
+    ./laketide repair --stream S --start H --end H [--apply] [--wait S | --no-wait]
     ./laketide close --stream S --start H --end H  close a range of past hours (laketide_close_<stream>)
     ./laketide airflow ARGS...                    any airflow command on the local installation
 
@@ -14,72 +14,24 @@ It finds what it needs by itself: the configuration (``$LAKETIDE_CONFIG``, else 
 local state (``$LAKETIDE_HOME``, else the configuration's ``home``), and Airflow's home (``$AIRFLOW_HOME``, else
 ``<home>/airflow``, where ``make run`` keeps it). ``redo``, ``backfill`` and ``repair`` trigger their Airflow DAG
 (so the run holds the writer, is recorded and shows in the UI) and are dry runs unless given ``--apply``; their
-params are checked first, and a refused one changes nothing.
+params are checked first, and a refused one changes nothing. A dry run waits for its run (``--wait``, bounded) and
+prints what the run recorded: its plan or report, as the UI's history shows it (``laketide.runs``); ``--no-wait``
+returns once the run is started. Exit codes: 0 done, 1 the run failed, 2 refused or bad input, 3 the run did not
+end within the wait (it goes on).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
 import subprocess
 import sys
-import urllib.parse
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from laketide.config import REPO_ROOT, LaketideConfig, get_config
+from laketide.config import LaketideConfig, get_config
 from laketide.errors import LaketideError
-
-
-def airflow_env(config: LaketideConfig) -> dict[str, str]:
-    """The environment of an ``airflow`` command on the local installation (the one ``make run`` starts)."""
-    env = dict(os.environ)
-    env.setdefault("AIRFLOW_HOME", str(config.home / "airflow"))
-    env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO_ROOT / "dags"))
-    env.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(REPO_ROOT / "plugins"))
-    env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    env["TZ"] = "UTC"
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def trigger(config: LaketideConfig, dag_id: str, conf: dict[str, Any], where: str = "") -> int:
-    """Trigger ``dag_id`` with ``conf`` on the local Airflow (``airflow dags trigger``); its exit code. Says which run
-    started and where to follow it (``where``: what to read in it), not Airflow's table of the run's twelve fields."""
-    home = Path(airflow_env(config)["AIRFLOW_HOME"])
-    if not (home / "airflow.db").exists() and not os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
-        print(f"error: no Airflow installation in {home}: start laketide first (make run), or set AIRFLOW_HOME",
-              file=sys.stderr)
-        return 2
-    command = [*shlex.split(os.environ.get("LAKETIDE_AIRFLOW_CLI", "airflow")), "dags", "trigger", dag_id,
-               "--conf", json.dumps(conf), "--output", "json"]
-    print(f"==> {shlex.join(command)}", flush=True)
-    done = subprocess.run(command, env=airflow_env(config), capture_output=True, text=True)
-    run = _triggered_run(done.stdout)
-    if done.returncode != 0 or run is None:  # Airflow's own words, whatever they are
-        sys.stdout.write(done.stdout)
-        sys.stderr.write(done.stderr)
-        return done.returncode
-    base = os.environ.get("AIRFLOW__API__BASE_URL") or f"http://localhost:{os.environ.get('LAKETIDE_PORT', '8080')}"
-    run_id = str(run.get("run_id") or run.get("dag_run_id") or "")
-    print(f"{dag_id}: run {run_id} {run.get('state') or 'queued'}"
-          f"{' (a dry run: nothing changes)' if conf.get('dry_run') else ''}")
-    print(f"follow it: {base.rstrip('/')}/dags/{dag_id}/runs/{urllib.parse.quote(run_id, safe='')}"
-          f"{f' ({where})' if where else ''}, or ./laketide airflow dags list-runs {dag_id}")
-    return 0
-
-
-def _triggered_run(output: str) -> dict[str, Any] | None:
-    """The run ``airflow dags trigger --output json`` printed (a list of one), or None."""
-    start = output.find("[")
-    try:
-        runs = json.loads(output[start:]) if start >= 0 else None
-    except ValueError:
-        return None
-    return runs[0] if isinstance(runs, list) and runs and isinstance(runs[0], dict) else None
+from laketide.runs import DEFAULT_WAIT, airflow_command, airflow_env, follow, trigger
 
 
 def _status(config: LaketideConfig, args: argparse.Namespace) -> int:
@@ -123,28 +75,50 @@ def _submit(config: LaketideConfig, args: argparse.Namespace) -> int:
     return submit.main([*options, args.job, *args.job_args])
 
 
+def _wait(args: argparse.Namespace) -> float:
+    """How long to wait for the run: ``--wait`` as given, none with ``--no-wait``, else a dry run waits."""
+    if args.no_wait:
+        return 0.0
+    if args.wait is None:
+        return 0.0 if args.apply else DEFAULT_WAIT
+    if args.wait <= 0:
+        raise LaketideError(f"--wait {args.wait:g}: give a number of seconds above 0 (or --no-wait)")
+    return float(args.wait)
+
+
+def _trigger_and_follow(config: LaketideConfig, args: argparse.Namespace, dag_id: str, stream: str,
+                        conf: dict[str, Any], where: str) -> int:
+    wait = _wait(args)
+    code, run_id = trigger(config, dag_id, conf, where)
+    return follow(config, dag_id, run_id, stream, wait) if code == 0 and wait else code
+
+
 def _redo(config: LaketideConfig, args: argparse.Namespace) -> int:
     from laketide.redo.params import validate
     from laketide.redo.plan import plan_request
 
+    wait = _wait(args)
     request = validate(config, args.stream, args.snapshot_id, args.at, args.start, args.end, not args.apply,
                        "cli", os.environ.get("USER", "unknown"))
     conf = {"stream": request.stream, "snapshot_id": str(request.snapshot_id), "at": None,
             "start": args.start, "end": args.end, "dry_run": request.dry_run}
-    # the plan as the table is now (the run checks it again and logs it in its task 'validate')
-    print("\n".join(["the redo would do this:" if request.dry_run else "the redo will do this:",
-                     *(f"  {line}" for line in plan_request(config, request).lines(request.hours))]))
-    return trigger(config, "laketide_redo", conf, "its plan: the log of task 'validate'")
+    if not wait:  # the plan as the table is now (the run checks it again, logs and records it)
+        print("\n".join(["the redo would do this:" if request.dry_run else "the redo will do this:",
+                         *(f"  {line}" for line in plan_request(config, request).lines(request.hours))]))
+    return _trigger_and_follow(config, args, "laketide_redo", request.stream, conf,
+                               "its plan: the log of task 'validate'")
 
 
 def _range_action(config: LaketideConfig, args: argparse.Namespace) -> int:
     from laketide.redo.overwrite import check_against_table, table_facts, validate_request
 
+    _wait(args)
     request = validate_request(config, args.command, args.stream, args.start, args.end, not args.apply)
     check_against_table(request, table_facts(config, request.stream))
     conf = {"stream": request.stream.name, "start": request.start.isoformat(), "end": request.end.isoformat(),
             "dry_run": request.dry_run}
-    return trigger(config, f"laketide_{args.command}", conf)
+    return _trigger_and_follow(config, args, f"laketide_{args.command}", request.stream.name, conf,
+                               f"its report: the log of task '{args.command}'")
 
 
 def _close(config: LaketideConfig, args: argparse.Namespace) -> int:
@@ -156,12 +130,19 @@ def _close(config: LaketideConfig, args: argparse.Namespace) -> int:
     except RangeError as exc:
         raise LaketideError(str(exc)) from None
     stream = config.stream(args.stream)
-    return trigger(config, f"laketide_close_{stream.name}", {"start": args.start, "end": args.end})
+    return trigger(config, f"laketide_close_{stream.name}", {"start": args.start, "end": args.end})[0]
 
 
 def _airflow(config: LaketideConfig, args: argparse.Namespace) -> int:
-    command = [*shlex.split(os.environ.get("LAKETIDE_AIRFLOW_CLI", "airflow")), *args.airflow_args]
-    return subprocess.run(command, env=airflow_env(config)).returncode
+    return subprocess.run(airflow_command(*args.airflow_args), env=airflow_env(config)).returncode
+
+
+def _wait_options(command: argparse.ArgumentParser) -> None:
+    wait = command.add_mutually_exclusive_group()
+    wait.add_argument("--wait", type=float, metavar="SECONDS",
+                      help=f"wait up to SECONDS for the run to end and print what it recorded (its plan or report; "
+                           f"default: {DEFAULT_WAIT:.0f} for a dry run, no wait with --apply)")
+    wait.add_argument("--no-wait", action="store_true", help="return once the run is started")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -196,6 +177,7 @@ def parser() -> argparse.ArgumentParser:
     redo.add_argument("--start", help="optional: the first hour the redo may change")
     redo.add_argument("--end", help="optional: the end of that range (exclusive)")
     redo.add_argument("--apply", action="store_true", help="change the tables (default: a dry run)")
+    _wait_options(redo)
     redo.set_defaults(run=_redo)
     for kind, what in (("backfill", "re-ingest hours from the landing zone"),
                        ("repair", "remove duplicate event ids from hours")):
@@ -204,6 +186,7 @@ def parser() -> argparse.ArgumentParser:
         action.add_argument("--start", required=True, help="first hour, e.g. 2026-11-22T03:00:00+00:00")
         action.add_argument("--end", required=True, help="first hour after the range (exclusive)")
         action.add_argument("--apply", action="store_true", help="change the tables (default: a dry run)")
+        _wait_options(action)
         action.set_defaults(run=_range_action)
     close = commands.add_parser("close", help="trigger laketide_close_<stream> for a range of past hours")
     close.add_argument("--stream", required=True)
