@@ -216,8 +216,9 @@ def client(lake: UiLake, airflow_db: Path) -> Iterator[Any]:
 def test_api_json_shapes(client: Any, lake: UiLake) -> None:
     streams = client.get("/api/streams").json()
     assert streams == {"streams": [{"name": "clicks", "table": "lake.clicks", "rejects_table": "lake.clicks_rejects",
-                                    "close_dag": "laketide_close_clicks", "live": True}], "redo_dag": "laketide_redo",
-                       "may_redo": True}  # the admin may
+                                    "close_dag": "laketide_close_clicks", "live": True, "may_close": True}],
+                       "redo_dag": "laketide_redo", "may_redo": True, "backfill_dag": "laketide_backfill",
+                       "repair_dag": "laketide_repair", "may_backfill": True, "may_repair": True}  # the admin may
     start, end = lake.key(-10), lake.key(-5)
     b = client.get("/api/streams/clicks/board", params={"start": start, "end": end}).json()
     assert (b["start"], b["end"], [c["state"] for c in b["cells"]]) == (
@@ -274,3 +275,135 @@ def test_api_needs_the_login(client: Any) -> None:
                  "/api/streams/clicks/redo-plan?snapshot_id=1"):
         assert anonymous.get(path).status_code == 401, path
     assert json.loads(anonymous.get("/api/streams").text) == {"detail": "Not authenticated"}
+
+
+# ---------------------------------------------------------------- the board's filter, days, open hours, actions
+
+
+def test_board_days_filter_and_the_open_hours_audit_and_rejects(lake: UiLake) -> None:
+    b = board.board(lake.config, lake.stream, lake.hour(-10), lake.hour(1))
+    by_day: dict[str, dict[str, int]] = {}
+    for cell in b.cells:
+        by_day.setdefault(cell.hour[:10], {}).setdefault(cell.state, 0)
+        by_day[cell.hour[:10]][cell.state] += 1
+    assert {d.day: d.counts for d in b.days} == by_day
+    assert sum(d.rows for d in b.days) == sum(c.rows or 0 for c in b.cells)
+    assert sum(d.rejects for d in b.days) == sum(c.rejects or 0 for c in b.cells) >= 1  # the failed hour's reject
+    only = board.board(lake.config, lake.stream, lake.hour(-10), lake.hour(1), state="lagging")
+    assert only.state == "lagging" and [c.hour for c in only.cells] == [c.hour for c in b.cells
+                                                                         if c.state == "lagging"]
+    assert only.counts == b.counts and only.days == b.days  # every hour still counted
+    # the hours being written: their audit (the landing files' audit records) and rejects so far, not rows only
+    cells = {c.hour: c for c in b.cells}
+    open_hour, lagging = cells[lake.key(-5)], cells[lake.key(-3)]
+    assert open_hour.checked_now and (open_hour.audit, open_hour.rows, open_hour.rejects) == (35, 35, 0)
+    assert lagging.checked_now and (lagging.audit, lagging.rows, lagging.rejects) == (25, 0, 0)  # landed, pending
+    assert board.hour_detail(lake.config, lake.stream, lake.hour(-3)).cell.audit == 25
+
+
+def test_action_plans_fill_each_dags_params_dry_run_first(lake: UiLake) -> None:
+    from laketide.airflow.ui.ranges import action_plan
+
+    def plan(action: str, start: int, end: int) -> Any:
+        return action_plan(lake.config, lake.stream, action, lake.hour(start), lake.hour(end), "alice")
+
+    close = plan("close", -10, -8)
+    assert (close.dag_id, close.conf, close.dry_run) == (
+        "laketide_close_clicks", {"start": lake.key(-10), "end": lake.key(-8)}, False)
+    assert close.hours == [lake.key(-10), lake.key(-9)]
+    for action in ("backfill", "repair"):
+        p = plan(action, -10, -9)
+        assert (p.dag_id, p.conf, p.dry_run) == (f"laketide_{action}", {
+            "stream": "clicks", "start": lake.key(-10), "end": lake.key(-9), "dry_run": True}, True)
+    # a redo of hours returns to the snapshot before their first commit, scoped to them
+    redo = plan("redo", -7, -4)
+    assert redo.conf == {"stream": "clicks", "snapshot_id": str(lake.snapshots[1]), "at": None,
+                         "start": lake.key(-7), "end": lake.key(-4), "dry_run": True}
+
+
+@pytest.mark.parametrize(("action", "start", "end", "message"), [
+    ("close", None, None, "no hour selected: click an hour on the board"),
+    ("backfill", -5, -7, "must be before end"),
+    ("close", 1, 3, "an hour that has not started yet"),
+    ("close", -2, 1, "is in the future"),  # the current hour cannot be closed yet
+    ("backfill", -5, -4, "is past what the writer has finished"),
+    ("redo", -7, -6, "changes hours outside the range"),  # rolling back to before -7 changes -6 and -5 too
+    ("redo", -9, -8, "no commit of lake.clicks added rows"),
+    ("redo", -10, -9, "the first commit of lake.clicks"),
+    ("rerun", -10, -9, "unknown action 'rerun'"),
+])
+def test_wrong_action_requests_are_refused_clearly(lake: UiLake, action: str, start: int | None,
+                                                   end: int | None, message: str) -> None:
+    from laketide.airflow.ui.ranges import action_plan
+    from laketide.errors import RangeError
+
+    with pytest.raises((RequestError, RangeError), match=message):
+        action_plan(lake.config, lake.stream, action, None if start is None else lake.hour(start),
+                    None if end is None else lake.hour(end), "alice")
+
+
+def test_the_open_hours_rejects_are_counted_from_the_rejects_table(lake: UiLake) -> None:
+    """A landed file of the hour being written, its rows committed and three of its lines in the rejects table (a
+    real Iceberg table partitioned by event hour, as the writer's): the hour's audit and rejects so far."""
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import HourTransform
+    from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+    from laketide.airflow.ui.live import hour_counts
+    from laketide.dev.commits import commit_files, land
+    from laketide.lake.catalog import append_rows, load_catalog
+    from laketide.lake.commits import BATCH_ID, WRITER_ID
+
+    hour, catalog = lake.hour(-2), load_catalog(lake.config.catalog)
+    kinds = [("raw", StringType()), ("reason", StringType()), ("source_file", StringType()),
+             ("event_hour", TimestamptzType()), ("batch_id", LongType())]
+    schema = Schema(*[NestedField(i + 1, n, k, required=False) for i, (n, k) in enumerate(kinds)])
+    rejects = catalog.create_table(
+        lake.stream.rejects_table, schema,
+        partition_spec=PartitionSpec(PartitionField(source_id=4, field_id=1000, transform=HourTransform(),
+                                                    name="event_hour_hour")))
+    landed = land(lake.stream, hour, 12, 200, producer="uirej")
+    try:
+        commit_files(lake.config, lake.stream, 50, [landed])
+        rows = [{"raw": "{", "reason": "malformed", "source_file": landed.name, "event_hour": hour, "batch_id": 50}] * 3
+        append_rows(rejects, pa.Table.from_pylist(rows, schema=rejects.schema().as_arrow()),
+                    {WRITER_ID: lake.stream.writer_id, BATCH_ID: "50"})
+        assert hour_counts(lake.config, lake.stream, [hour]) == {hour: (12, 3)}
+        cell = {c.hour: c for c in board.board(lake.config, lake.stream, hour, lake.hour(-1)).cells}[lake.key(-2)]
+        assert (cell.audit, cell.rows, cell.rejects) == (12, 12, 3)
+    finally:
+        landed.unlink()
+        catalog.drop_table(lake.stream.rejects_table)
+
+
+def test_api_permissions_per_dag_filter_and_action_plans(client: Any, lake: UiLake) -> None:
+    from airflow.api_fastapi.app import create_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from fastapi.testclient import TestClient
+
+    from laketide.airflow.ui.app import app
+
+    manager = create_auth_manager()
+    manager.init()
+    token = manager.generate_jwt(SimpleAuthManagerUser(username="viewer", role="VIEWER"))
+    viewer = TestClient(app, cookies={"_token": token})
+    listed = viewer.get("/api/streams").json()  # a viewer may start no run: the view shows no action button
+    assert (listed["may_redo"], listed["may_backfill"], listed["may_repair"],
+            listed["streams"][0]["may_close"]) == (False, False, False, False)
+    window = {"start": lake.key(-10), "end": lake.key(-9)}
+    for action in ("close", "backfill", "repair", "redo"):
+        assert viewer.get(f"/api/streams/clicks/actions/{action}", params=window).status_code == 403, action
+    plan = client.get("/api/streams/clicks/actions/backfill", params=window).json()
+    assert plan["dag_id"] == "laketide_backfill" and plan["conf"]["dry_run"] is True and plan["dry_run"] is True
+    refused = client.get("/api/streams/clicks/actions/close", params={"start": lake.key(-2), "end": lake.key(1)})
+    assert refused.status_code == 400 and refused.json()["detail"].startswith(
+        "close of clicks refused, nothing started: end ") and "is in the future" in refused.json()["detail"]
+    empty = client.get("/api/streams/clicks/actions/repair")
+    assert empty.status_code == 400 and "no hour selected" in empty.json()["detail"]
+    assert client.get("/api/streams/clicks/actions/rerun", params=window).status_code == 404
+    only = client.get("/api/streams/clicks/board", params={"state": "failed"}).json()
+    assert [c["hour"] for c in only["cells"]] == [lake.key(-7)] and only["state"] == "failed" and only["days"]
+    bad = client.get("/api/streams/clicks/board", params={"state": "green"})
+    assert bad.status_code == 400 and "unknown state 'green'" in bad.json()["detail"]

@@ -10,7 +10,9 @@ A plugin's FastAPI app inherits none of the core API's security: every route her
   (``laketide_close_<stream>``);
 * table health: read on ``laketide_maintain``;
 * "redo from here" (the confirmation and its plan): DAG-run create on ``laketide_redo``. The run itself is started
-  by the page through Airflow's REST API (``POST api/v2/dags/laketide_redo/dagRuns``) as the logged-in user.
+  by the page through Airflow's REST API (``POST api/v2/dags/laketide_redo/dagRuns``) as the logged-in user;
+* an action on the hours selected on the board (close range, backfill, repair, redo: ``ui.ranges``): DAG-run
+  create on the action's DAG; the page starts the run the same way.
 
 Catalog reads are synchronous (pyiceberg, SQLAlchemy): they run off the event loop (``asyncio.to_thread``).
 Asset paths and ``fetch()`` URLs are relative, so the view works under a base URL or behind a reverse proxy.
@@ -31,9 +33,9 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from laketide.airflow.ui import board as boards
-from laketide.airflow.ui import models, panels, writer
+from laketide.airflow.ui import models, panels, ranges, writer
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.errors import ConfigError, RequestError
+from laketide.errors import ConfigError, RangeError, RequestError
 
 T = TypeVar("T")
 #: the maintenance DAG whose read permission guards the health panel
@@ -131,6 +133,10 @@ async def list_streams(user: GetUserDep) -> models.StreamList:
     """The configured streams, and what the user may do with them (the page shows no action it would refuse)."""
     listed = await off_loop(lambda: panels.streams(config()))
     listed.may_redo = may(user, "POST", DagAccessEntity.RUN, panels.REDO_DAG)
+    listed.may_backfill = may(user, "POST", DagAccessEntity.RUN, ranges.BACKFILL_DAG)
+    listed.may_repair = may(user, "POST", DagAccessEntity.RUN, ranges.REPAIR_DAG)
+    for info in listed.streams:
+        info.may_close = may(user, "POST", DagAccessEntity.RUN, info.close_dag)
     return listed
 
 
@@ -150,8 +156,11 @@ async def get_board(
     start: Annotated[str | None, Query(description="first hour, e.g. 2026-11-22T03:00:00+00:00")] = None,
     end: Annotated[str | None, Query(description="first hour after the range (exclusive)")] = None,
     days: Annotated[int, Query(ge=1, le=400, description="without start: how many days up to now")] = 7,
+    state: Annotated[str | None, Query(description="only the hours in this state (a legend entry)")] = None,
 ) -> models.Board:
     """The partition board: one cell per hour of ``[start, end)`` (default: the last ``days`` days up to now)."""
+    if state is not None and state not in boards.STATES:
+        raise HTTPException(400, f"unknown state {state!r}: one of {boards.STATES}")
     cfg = await off_loop(config)
     chosen = stream_of(cfg, stream)
     now = datetime.now(UTC)
@@ -167,7 +176,7 @@ async def get_board(
     if (stop - first) / timedelta(hours=1) > boards.MAX_HOURS:
         raise HTTPException(400, f"the range holds {int((stop - first) / timedelta(hours=1))} hours, more than one "
                                  f"board shows ({boards.MAX_HOURS}): choose a shorter range")
-    return await off_loop(boards.board, cfg, chosen, first, stop, now)
+    return await off_loop(boards.board, cfg, chosen, first, stop, now, state)
 
 
 @app.get("/api/streams/{stream}/hours/{hour}", dependencies=STREAM)
@@ -227,5 +236,36 @@ async def get_redo_plan(stream: str, user: GetUserDep,
             return panels.redo_plan(cfg, chosen, snapshot_id, user.get_name())
         except RequestError as exc:
             raise HTTPException(400, f"redo from snapshot {snapshot_id} refused: {exc}") from None
+
+    return await off_loop(plan)
+
+
+def start_action(request: Request, stream: str, action: str, user: GetUserDep) -> None:
+    """DAG-run create on the DAG the action triggers (Airflow's permission, as its REST API checks it)."""
+    try:
+        dag_id = ranges.action_dag(action, stream)
+    except RequestError as exc:
+        raise HTTPException(404, str(exc)) from None
+    requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)(request, user)
+
+
+@app.get("/api/streams/{stream}/actions/{action}", dependencies=[Depends(start_action)])
+async def get_action_plan(
+    stream: str, action: str, user: GetUserDep,
+    start: Annotated[str | None, Query(description="the first hour selected on the board")] = None,
+    end: Annotated[str | None, Query(description="the first hour after the selection (exclusive)")] = None,
+) -> models.ActionPlan:
+    """The run an action on the hours ``[start, end)`` starts (close, backfill, repair, redo): its DAG and params,
+    checked as its first task checks them, a dry run where the DAG has one. 400 when it would be refused."""
+    cfg = await off_loop(config)
+    chosen = stream_of(cfg, stream)
+    first = None if not start else parse_hour(start, "start")
+    stop = None if not end else parse_hour(end, "end")
+
+    def plan() -> models.ActionPlan:
+        try:
+            return ranges.action_plan(cfg, chosen, action, first, stop, user.get_name())
+        except (RequestError, RangeError) as exc:
+            raise HTTPException(400, f"{action} of {stream} refused, nothing started: {exc}") from None
 
     return await off_loop(plan)

@@ -5,7 +5,9 @@ after the newest recorded one, up to the current hour, are checked now from meta
 (``close.status.being_written``: snapshot summaries and the landing zone's listing, no data file). The recorded
 states of a stream are kept in memory per status-table version (the metadata file its catalog row points to,
 one small SQL query to read), so a board of a stream with months of history is read from the table once per
-status commit, not once per request.
+status commit, not once per request. The open and lagging hours being written show their audit and rejects so
+far (``ui.live``), every day of the range its hours by state, rows and rejects, and the cells may be filtered on
+one state.
 """
 
 from __future__ import annotations
@@ -95,11 +97,37 @@ def recorded_cell(record: StatusRecord) -> models.Cell:
         snapshot_id=None if record.snapshot_id is None else str(record.snapshot_id), run_id=record.run_id)
 
 
-def checked_cell(status: PartitionStatus) -> models.Cell:
+def checked_cell(status: PartitionStatus, counts: tuple[int, int] | None = None) -> models.Cell:
+    """An hour being written, checked now; ``counts``: its audit and rejects so far (``ui.live.hour_counts``)."""
+    audit, rejects = counts if counts is not None else (None, None)
     return models.Cell(
         hour=partition_key(status.partition), state=status.state.value, checked_now=True, rows=status.rows,
-        reason=status.reason, recorded_at=_iso(status.checked_at),
+        audit=audit, rejects=rejects, reason=status.reason, recorded_at=_iso(status.checked_at),
         snapshot_id=None if status.snapshot_id is None else str(status.snapshot_id))
+
+
+#: the hours being written whose audit and rejects are counted now (the hour being written and the lagging ones)
+COUNTED = {State.OPEN, State.LAGGING}
+
+
+def live_counts(config: LaketideConfig, stream: StreamConfig, live: Iterable[PartitionStatus],
+                now: datetime) -> dict[datetime, tuple[int, int]]:
+    """Audit and rejects so far of the open and lagging hours of the last day among ``live``."""
+    from laketide.airflow.ui.live import hour_counts
+
+    since = now - timedelta(days=1)
+    return hour_counts(config, stream, [s.partition for s in live if s.state in COUNTED and s.partition >= since])
+
+
+def day_summaries(cells: list[models.Cell]) -> list[models.DaySummary]:
+    """Per UTC day of ``cells``: hours by state, rows and rejects (the hours that hold counts)."""
+    days: dict[str, models.DaySummary] = {}
+    for cell in cells:
+        day = days.setdefault(cell.hour[:10], models.DaySummary(day=cell.hour[:10], counts={}))
+        day.counts[cell.state] = day.counts.get(cell.state, 0) + 1
+        day.rows += cell.rows or 0
+        day.rejects += cell.rejects or 0
+    return list(days.values())
 
 
 def default_range(now: datetime, days: int = DEFAULT_DAYS) -> tuple[datetime, datetime]:
@@ -112,27 +140,33 @@ def hours_between(start: datetime, end: datetime) -> list[datetime]:
     return [start + i * HOUR for i in range(int((end - start) / HOUR))]
 
 
+def settled(stream: StreamConfig, records: dict[datetime, StatusRecord],
+            now: datetime) -> dict[datetime, StatusRecord]:
+    """The records shown as recorded: an hour a redo reopened while it is still being written (it has not ended, or
+    late rows may still come) grows with every batch, so it is checked now (open, lagging, ...) like the hours
+    after the newest record, not shown with the count the redo recorded."""
+    return {h: r for h, r in records.items() if r.state != State.REOPENED or h + HOUR + stream.allowed_lateness <= now}
+
+
 def board(config: LaketideConfig, stream: StreamConfig, start: datetime, end: datetime,
-          now: datetime | None = None) -> models.Board:
+          now: datetime | None = None, state: str | None = None) -> models.Board:
     """The board of ``stream`` over the hours ``[start, end)`` (whole UTC hours, ``start < end``): recorded states,
-    and the hours being written checked now. Hours after the current one are left out."""
+    and the hours being written checked now. Hours after the current one are left out; with ``state``, only the
+    cells in that state (the counts and the days still count every hour)."""
     began = time.perf_counter()
     now = now or datetime.now(UTC)
     version, records = recorded(config, stream.name)
     current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    # an hour a redo reopened while it is still being written (it has not ended, or late rows may still come) grows
-    # with every batch: it is checked now (open, lagging, ...) like the hours after the newest record, not shown
-    # with the count the redo recorded
-    newest = {h: r for h, r in records.items()
-              if r.state != State.REOPENED or h + HOUR + stream.allowed_lateness <= now}
+    newest = settled(stream, records, now)
     shown = [h for h in hours_between(start, end) if h <= current]
     live: dict[datetime, PartitionStatus] = {}
     if shown and shown[-1] > max(newest, default=shown[0] - HOUR):  # hours after the newest record are in range
         live = {s.partition: s for s in being_written(config, stream, newest.keys(), now)}
+    counted = live_counts(config, stream, (live[h] for h in shown if h in live), now)
     cells: list[models.Cell] = []
     for hour in shown:
         if hour in live:
-            cells.append(checked_cell(live[hour]))
+            cells.append(checked_cell(live[hour], counted.get(hour)))
         elif hour in newest:
             cells.append(recorded_cell(newest[hour]))
         else:
@@ -142,8 +176,9 @@ def board(config: LaketideConfig, stream: StreamConfig, start: datetime, end: da
         counts[cell.state] = counts.get(cell.state, 0) + 1
     return models.Board(
         stream=stream.name, table=stream.table, start=partition_key(start), end=partition_key(end),
-        now=now.isoformat(timespec="seconds"), states=STATES, counts=counts, cells=cells, status_version=version,
-        elapsed_ms=round((time.perf_counter() - began) * 1000, 1))
+        now=now.isoformat(timespec="seconds"), states=STATES, counts=counts,
+        cells=[c for c in cells if state is None or c.state == state], status_version=version,
+        elapsed_ms=round((time.perf_counter() - began) * 1000, 1), days=day_summaries(cells), state=state)
 
 
 def _verification(text: str | None) -> dict[str, object] | None:
@@ -171,11 +206,13 @@ def hour_detail(config: LaketideConfig, stream: StreamConfig, hour: datetime,
 
     now = now or datetime.now(UTC)
     records = history(config, stream.name, hour)
-    _, newest = recorded(config, stream.name)
+    newest = settled(stream, recorded(config, stream.name)[1], now)
     cell: models.Cell
-    if records:
+    if records and records[-1].partition in newest:
         cell = recorded_cell(records[-1])
     else:
-        live = {s.partition: s for s in being_written(config, stream, newest.keys(), now)}
-        cell = checked_cell(live[hour]) if hour in live else models.Cell(hour=partition_key(hour), state="none")
+        live = {s.partition: s for s in being_written(config, stream, newest.keys(), now) if s.partition == hour}
+        counted = live_counts(config, stream, live.values(), now)
+        cell = (checked_cell(live[hour], counted.get(hour)) if hour in live
+                else models.Cell(hour=partition_key(hour), state="none"))
     return models.HourDetail(stream=stream.name, hour=partition_key(hour), cell=cell, steps=steps(records))

@@ -14,6 +14,8 @@ class StreamInfo(BaseModel):
     rejects_table: str
     close_dag: str
     live: bool
+    #: the logged-in user may start runs of ``close_dag`` (a close range from the board)
+    may_close: bool = False
 
 
 class StreamList(BaseModel):
@@ -22,6 +24,11 @@ class StreamList(BaseModel):
     redo_dag: str
     #: the logged-in user may start runs of ``redo_dag`` (the view shows "redo from here" only then)
     may_redo: bool = False
+    #: the DAGs of the board's backfill and repair buttons, and whether the user may start their runs
+    backfill_dag: str = "laketide_backfill"
+    repair_dag: str = "laketide_repair"
+    may_backfill: bool = False
+    may_repair: bool = False
 
 
 class Cell(BaseModel):
@@ -42,6 +49,15 @@ class Cell(BaseModel):
     run_id: str | None = None
 
 
+class DaySummary(BaseModel):
+    """One day of the board: its hours by state, and the rows and rejects of its hours."""
+
+    day: str = Field(description="the UTC day, YYYY-MM-DD")
+    counts: dict[str, int]
+    rows: int = 0
+    rejects: int = 0
+
+
 class Board(BaseModel):
     """The partition board of one stream over ``[start, end)``."""
 
@@ -59,6 +75,24 @@ class Board(BaseModel):
     status_version: str | None = None
     #: how long the answer took on the server
     elapsed_ms: float = 0.0
+    #: per day of the range (every hour, whatever ``state`` shows): hours by state, rows, rejects
+    days: list[DaySummary] = []
+    #: the state the cells are filtered on (``counts`` and ``days`` still count every hour), or None
+    state: str | None = None
+
+
+class ActionPlan(BaseModel):
+    """The run an action on an hour range of the board starts: its DAG and params, checked (a dry run first where
+    the DAG has one). The page starts it through Airflow's REST API as the logged-in user."""
+
+    action: str = Field(description="close, backfill, repair or redo")
+    stream: str
+    dag_id: str
+    conf: dict[str, object]
+    hours: list[str]
+    #: the DAG has a ``dry_run`` param (on in ``conf``)
+    dry_run: bool
+    note: str
 
 
 class HourStep(BaseModel):
