@@ -4,18 +4,25 @@ snapshots, metadata size, age of the last maintenance)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig
+from laketide.errors import TableNotFoundError
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import from_epoch_hours
 from laketide.lake.snapshots import Snap
 from laketide.maintain.plan import SMALL_FILE_SHARE
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table
+
+    from laketide.maintain.record import MaintenanceRecord
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,7 @@ def _total(table: Table, key: str) -> int | None:
 def table_stats(table: Table) -> TableStats:
     """Files, bytes and records (the current snapshot's totals), manifests of the current snapshot, snapshots
     kept and the metadata file's size."""
-    snapshot = table.current_snapshot()
-    manifests = 0 if snapshot is None else len(snapshot.manifests(table.io))
+    manifests = len(current_manifests(table))
     files, size, records = (_total(table, k) for k in ("total-data-files", "total-files-size", "total-records"))
     if files is None or size is None or records is None:  # a writer that keeps no totals: count the manifests
         data = table.inspect.data_files().select(["file_size_in_bytes", "record_count"]).to_pylist()
@@ -69,15 +75,68 @@ def snaps(table: Table) -> list[Snap]:
     return out
 
 
+#: live data files (hour or None, size in bytes) of each manifest read, by manifest path: a manifest is never
+#: rewritten in place, so a table's next read only opens the manifests committed since (one per writer commit)
+_manifest_files: dict[str, list[tuple[datetime | None, int]]] = {}
+_MANIFESTS_KEPT = 50_000
+#: the manifests of each manifest list read, by its path
+_manifest_lists: dict[str, list[ManifestFile]] = {}
+_LISTS_KEPT = 200
+_lock = threading.Lock()
+
+
+def _read_entries(table: Table, manifest: ManifestFile) -> list[tuple[datetime | None, int]]:
+    out: list[tuple[datetime | None, int]] = []
+    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        data = entry.data_file
+        hour = data.partition[0] if len(data.partition) else None
+        out.append((from_epoch_hours(hour) if isinstance(hour, int) else None, int(data.file_size_in_bytes)))
+    return out
+
+
+def current_manifests(table: Table) -> list[ManifestFile]:
+    """The current snapshot's manifests, its manifest list read once per process (kept by path: never rewritten)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    with _lock:
+        kept = _manifest_lists.get(snapshot.manifest_list)
+    if kept is None:
+        kept = list(snapshot.manifests(table.io))
+        with _lock:
+            if len(_manifest_lists) >= _LISTS_KEPT:
+                _manifest_lists.clear()
+            _manifest_lists[snapshot.manifest_list] = kept
+    return kept
+
+
+def live_files(table: Table) -> list[tuple[datetime | None, int]]:
+    """The current snapshot's data files, each as (its hour when the table's first partition field is the hour,
+    else None; its size): read from the manifests, each manifest once per process (kept by path)."""
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    manifests = [m for m in current_manifests(table) if m.content == ManifestContent.DATA]
+    with _lock:
+        kept = {m.manifest_path: _manifest_files.get(m.manifest_path) for m in manifests}
+    missing = [m for m in manifests if kept[m.manifest_path] is None]
+    if missing:  # read in parallel (pyiceberg's own executor, as its metadata tables read manifests)
+        read = ExecutorFactory.get_or_create().map(lambda m: _read_entries(table, m), missing)
+        fresh = dict(zip((m.manifest_path for m in missing), read, strict=True))
+        kept.update(fresh)
+        with _lock:
+            if len(_manifest_files) + len(fresh) > _MANIFESTS_KEPT:
+                _manifest_files.clear()
+            _manifest_files.update(fresh)
+    return [f for m in manifests for f in kept[m.manifest_path] or []]
+
+
 def hourly_files(table: Table) -> dict[datetime, list[int]]:
     """Sizes of the data files of each hourly partition (the table's first partition field is the hour)."""
-    if table.current_snapshot() is None or not table.spec().fields:
-        return {}
     out: dict[datetime, list[int]] = {}
-    for row in table.inspect.data_files().select(["partition", "file_size_in_bytes"]).to_pylist():
-        hour = next(iter((row["partition"] or {}).values()), None)
-        if isinstance(hour, int):
-            out.setdefault(from_epoch_hours(hour), []).append(int(row["file_size_in_bytes"]))
+    for hour, size in live_files(table):
+        if hour is not None:
+            out.setdefault(hour, []).append(size)
     return out
 
 
@@ -123,44 +182,70 @@ class Health:
 
 def table_health(table: Table, name: str, target_size: int, closed: list[datetime],
                  last: datetime | None) -> Health:
+    """The health of one table from its metadata: the current snapshot's totals and manifests (each manifest read
+    once per process: :func:`live_files`), no data file and no scan planning."""
     stats = table_stats(table)
-    by_hour = hourly_files(table)
-    if by_hour:
-        sizes = [s for v in by_hour.values() for s in v]
-    else:
-        sizes = [int(d) for d in table.inspect.data_files().column("file_size_in_bytes").to_pylist()] \
-            if table.current_snapshot() is not None else []
-    small = sum(1 for s in sizes if s < SMALL_FILE_SHARE * target_size)
-    per_closed = [len(by_hour.get(h, [])) for h in closed]
+    files = live_files(table)
+    small = sum(1 for _, s in files if s < SMALL_FILE_SHARE * target_size)
+    by_hour: dict[datetime, int] = {}
+    for hour, _ in files:
+        if hour is not None:
+            by_hour[hour] = by_hour.get(hour, 0) + 1
+    per_closed = [by_hour.get(h, 0) for h in closed]
     return Health(name, stats.files, small, stats.manifests, stats.snapshots, stats.metadata_bytes,
                   len(closed), max(per_closed, default=0), last, stats.delete_files, stats.deleted_rows)
 
 
-def health(config: LaketideConfig) -> list[Health]:
-    """The health of every maintained table that exists."""
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+#: loaded tables by name, with the metadata file they were loaded from (reused while it is current)
+_tables: dict[str, tuple[str, Table]] = {}
 
+
+def load_current(catalog: SqlCatalog, name: str) -> Table:
+    """``catalog.load_table(name)``, parsed again only when the table's metadata file changed (one catalog query).
+
+    :raises TableNotFoundError: no such table
+    """
+    from laketide.lake.snapshots import metadata_location
+
+    location = metadata_location(catalog, name)
+    with _lock:
+        kept = _tables.get(name)
+    if kept is not None and kept[0] == location:
+        return kept[1]
+    table = catalog.load_table(name)
+    with _lock:
+        _tables[name] = (table.metadata_location, table)
+    return table
+
+
+def health(config: LaketideConfig, closed: Callable[[str], list[datetime]] | None = None,
+           records: list[MaintenanceRecord] | None = None) -> list[Health]:
+    """The health of every maintained table that exists.
+
+    :param closed: the closed hours of a stream (default: read from the status table)
+    :param records: the maintenance record (default: read from its table)
+    """
     from laketide.close.status import latest
     from laketide.maintain.plan import closed_hours, targets
     from laketide.maintain.record import history, last_maintenance
 
     catalog = load_catalog(config.catalog)
-    last = last_maintenance(history(config))
+    last = last_maintenance(history(config) if records is None else records)
     closed_by_stream: dict[str, list[datetime]] = {}
     out: list[Health] = []
     for target in targets(config):
         try:
-            table = catalog.load_table(target.table)
-        except (NoSuchTableError, NoSuchNamespaceError):
+            table = load_current(catalog, target.table)
+        except TableNotFoundError:
             continue
-        closed: list[datetime] = []
+        hours: list[datetime] = []
         if target.stream is not None:
             name = target.stream.name
             if name not in closed_by_stream:
-                closed_by_stream[name] = closed_hours(latest(config, name))
-            closed = closed_by_stream[name]
+                closed_by_stream[name] = closed(name) if closed else closed_hours(latest(config, name))
+            hours = closed_by_stream[name]
         policy = config.maintenance.policy(target.table)
-        out.append(table_health(table, target.table, policy.target_file_size, closed, last.get(target.table)))
+        out.append(table_health(table, target.table, policy.target_file_size, hours, last.get(target.table)))
     return out
 
 

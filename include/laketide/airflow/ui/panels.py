@@ -18,6 +18,7 @@ from laketide.errors import TableNotFoundError
 from laketide.ingest.inspection import Reason, landed_files
 from laketide.ingest.landing import DATA_SUFFIX, data_dir, hidden, name_hour
 from laketide.lake.catalog import load_catalog
+from laketide.maintain.record import MaintenanceRecord
 
 #: the DAG "redo from here" triggers
 REDO_DAG = "laketide_redo"
@@ -72,21 +73,46 @@ def redo_plan(config: LaketideConfig, stream: StreamConfig, snapshot_id: str, us
               "re-ingests what landed since."))
 
 
-def health(config: LaketideConfig, per_table: int = 10) -> models.Health:
-    """Each maintained table's health (``maintain.health``) and its newest ``per_table`` maintenance steps."""
-    from laketide.maintain.health import health as read
+#: the maintenance record, with the record table's metadata file it was read at (read again after a new record)
+_records: dict[str, tuple[str, list[MaintenanceRecord]]] = {}
+
+
+def maintenance_records(config: LaketideConfig) -> list[MaintenanceRecord]:
+    """Every maintenance record, oldest first, read from its table once per record-table version."""
+    from laketide.lake.snapshots import metadata_location
     from laketide.maintain.record import history
 
+    name = config.maintenance.record_table
+    try:
+        version = metadata_location(load_catalog(config.catalog), name)
+    except TableNotFoundError:
+        return []
+    kept = _records.get(name)
+    if kept is None or kept[0] != version:
+        kept = _records[name] = (version, history(config))
+    return kept[1]
+
+
+def health(config: LaketideConfig, per_table: int = 10) -> models.Health:
+    """Each maintained table's health (``maintain.health``) and its newest ``per_table`` maintenance steps.
+
+    Metadata only for the tables (snapshot totals, manifests: each manifest read once); the closed hours and the
+    maintenance record are read once per status-table and record-table version."""
+    from laketide.airflow.ui.board import recorded
+    from laketide.maintain.health import health as read
+    from laketide.maintain.plan import closed_hours
+
+    records = maintenance_records(config)
     tables = [models.TableHealth(
         table=h.table, files=h.files, small_files=h.small_files, small_file_ratio=round(h.small_file_ratio, 3),
         manifests=h.manifests, snapshots=h.snapshots, metadata_bytes=h.metadata_bytes, closed_hours=h.closed_hours,
         max_files_per_closed_hour=h.max_files_per_closed_hour, delete_files=h.delete_files,
         delete_file_share=round(h.delete_file_share, 3), deleted_rows=h.deleted_rows,
         last_maintenance=None if h.last_maintenance is None else h.last_maintenance.isoformat(timespec="seconds"))
-        for h in read(config)]
+        for h in read(config, lambda stream: closed_hours(recorded(config, stream)[1]), records)]
     steps: list[models.MaintenanceStep] = []
     kept: dict[str, int] = {}
-    for r in reversed(history(config)):  # newest first
+    for r in reversed(records):  # newest first
         if kept.get(r.table_name, 0) >= per_table:
             continue
         kept[r.table_name] = kept.get(r.table_name, 0) + 1
