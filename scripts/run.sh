@@ -93,10 +93,13 @@ ours() {
     }'
 }
 
+in_group() { [[ $(ps -o pgid= -p "$1" 2>/dev/null | tr -d ' ') == "$2" ]]; }  # is process $1 in group $2
+
+api_pid=""  # the API server's process (and group), when it runs on its own
 stopping=0
 stop() {
   # stop everything we started, then exit with $1 (0 for a requested stop)
-  local code=$1 left pid deadline
+  local code=$1 left pid deadline others
   ((stopping)) && return 0
   stopping=1
   trap '' INT TERM HUP PIPE
@@ -106,8 +109,17 @@ stop() {
   say "==> stopping laketide (Airflow, its task processes and Spark writers, the producer)"
   declare -A signalled=()
   deadline=$((SECONDS + GRACE))
+  # the API server last: a task's process reports its end to it, and would retry against a server gone until
+  # it is killed; it gets the signal once nothing else is left, or after two thirds of the grace
+  local later=$api_pid api_deadline=$((SECONDS + GRACE * 2 / 3))
   while left=$(ours); [[ -n $left ]] && ((SECONDS < deadline)); do
+    if [[ -n $later ]]; then
+      others=0
+      for pid in $left; do in_group "$pid" "$later" || others=1; done
+      ((others && SECONDS < api_deadline)) || later=""
+    fi
     for pid in $left; do
+      [[ -n $later ]] && in_group "$pid" "$later" && continue
       if [[ -z ${signalled[$pid]:-} ]]; then
         signalled[$pid]=1
         kill -TERM -- "-$pid" 2>/dev/null  # the process group it leads, if any
@@ -119,7 +131,8 @@ stop() {
   for _ in 1 2 3 4 5 6 7 8 9 10; do  # SIGKILL what is left (and whatever it started meanwhile)
     left=$(ours)
     [[ -z $left ]] && break
-    say "    still running after ${GRACE}s, killing: $(echo $left)"
+    say "    still running after ${GRACE}s, killing:"
+    ps -o pid=,args= -p "$(echo $left | tr ' ' ,)" 2>/dev/null | cut -c1-160 | sed 's/^/      /' || true
     kill -KILL $left 2>/dev/null
     sleep 0.5
   done
@@ -205,6 +218,7 @@ else
     say "error: airflow db migrate failed; see $LOGS/airflow.log" >&2; tail -20 "$LOGS/airflow.log" >&2 || true; exit 1; }
   # the API server first: a task that starts before it answers fails its first try (httpx.ConnectError)
   start_airflow airflow.log airflow api-server
+  api_pid=$!
   wait_for_api
   start_airflow airflow-scheduler.log airflow scheduler
   start_airflow airflow-dag-processor.log airflow dag-processor
