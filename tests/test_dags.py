@@ -145,30 +145,6 @@ def test_the_daily_rollup_waits_for_all_24_hours_of_a_day(dagbag) -> None:  # ty
     assert timetable.resolve_partition_date("2026-11-22") == day[0]
 
 
-@pytest.mark.slow
-def test_the_documented_by_hand_command_runs_the_writer(tmp_path: Path) -> None:
-    """``./laketide submit`` as docs/operations.md prints it, from a plain shell: the jars and the catalog reach
-    the JVM at start."""
-    import re
-    import subprocess
-
-    from tests.helpers import config_env
-
-    config_path = write_config(tmp_path)
-    produce(config_path, "--start", "2026-11-22T01:00:00+00:00", "--hours", "1", "--events-per-hour", "200",
-            "--malformed-ratio", "0.05", "--seed", "5")
-    docs = (REPO_ROOT / "docs" / "operations.md").read_text()
-    documented = re.search(r"`(\./laketide submit ingest_stream\.py [^`]+)`", docs)
-    assert documented, "the operations guide no longer shows the by-hand command"
-    env = config_env(config_path)
-    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"  # a plain shell: no virtualenv on the path
-    done = subprocess.run(["bash", "-c", documented.group(1)], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "ClassNotFoundException" not in done.stdout + done.stderr
-    assert_exactly_once(config_path)
-
-
 def test_the_changes_example_runs_once_per_closed_hour_of_an_upsert_stream(
         airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.dag_processing.dagbag import DagBag
