@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from laketide.config import LaketideConfig
 from laketide.errors import TableNotFoundError
@@ -75,9 +75,9 @@ def snaps(table: Table) -> list[Snap]:
     return out
 
 
-#: live data files (hour or None, size in bytes) of each manifest read, by manifest path: a manifest is never
+#: live data files (hour or None, size in bytes, records) of each manifest read, by manifest path: a manifest is never
 #: rewritten in place, so a table's next read only opens the manifests committed since (one per writer commit)
-_manifest_files: dict[str, list[tuple[datetime | None, int]]] = {}
+_manifest_files: dict[str, list[LiveFile]] = {}
 _MANIFESTS_KEPT = 50_000
 #: the manifests of each manifest list read, by its path
 _manifest_lists: dict[str, list[ManifestFile]] = {}
@@ -85,12 +85,13 @@ _LISTS_KEPT = 200
 _lock = threading.Lock()
 
 
-def _read_entries(table: Table, manifest: ManifestFile) -> list[tuple[datetime | None, int]]:
-    out: list[tuple[datetime | None, int]] = []
+def _read_entries(table: Table, manifest: ManifestFile) -> list[LiveFile]:
+    out: list[LiveFile] = []
     for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
         data = entry.data_file
         hour = data.partition[0] if len(data.partition) else None
-        out.append((from_epoch_hours(hour) if isinstance(hour, int) else None, int(data.file_size_in_bytes)))
+        out.append(LiveFile(from_epoch_hours(hour) if isinstance(hour, int) else None, int(data.file_size_in_bytes),
+                            int(data.record_count)))
     return out
 
 
@@ -110,9 +111,18 @@ def current_manifests(table: Table) -> list[ManifestFile]:
     return kept
 
 
-def live_files(table: Table) -> list[tuple[datetime | None, int]]:
-    """The current snapshot's data files, each as (its hour when the table's first partition field is the hour,
-    else None; its size): read from the manifests, each manifest once per process (kept by path)."""
+class LiveFile(NamedTuple):
+    """A data file of the current snapshot."""
+
+    #: its hour, when the table's first partition field is the hour
+    hour: datetime | None
+    size: int
+    records: int
+
+
+def live_files(table: Table) -> list[LiveFile]:
+    """The current snapshot's data files, read from the manifests, each manifest once per process (kept by
+    path)."""
     from pyiceberg.manifest import ManifestContent
     from pyiceberg.utils.concurrent import ExecutorFactory
 
@@ -134,7 +144,7 @@ def live_files(table: Table) -> list[tuple[datetime | None, int]]:
 def hourly_files(table: Table) -> dict[datetime, list[int]]:
     """Sizes of the data files of each hourly partition (the table's first partition field is the hour)."""
     out: dict[datetime, list[int]] = {}
-    for hour, size in live_files(table):
+    for hour, size, _ in live_files(table):
         if hour is not None:
             out.setdefault(hour, []).append(size)
     return out
@@ -186,11 +196,11 @@ def table_health(table: Table, name: str, target_size: int, closed: list[datetim
     once per process: :func:`live_files`), no data file and no scan planning."""
     stats = table_stats(table)
     files = live_files(table)
-    small = sum(1 for _, s in files if s < SMALL_FILE_SHARE * target_size)
+    small = sum(1 for f in files if f.size < SMALL_FILE_SHARE * target_size)
     by_hour: dict[datetime, int] = {}
-    for hour, _ in files:
-        if hour is not None:
-            by_hour[hour] = by_hour.get(hour, 0) + 1
+    for f in files:
+        if f.hour is not None:
+            by_hour[f.hour] = by_hour.get(f.hour, 0) + 1
     per_closed = [by_hour.get(h, 0) for h in closed]
     return Health(name, stats.files, small, stats.manifests, stats.snapshots, stats.metadata_bytes,
                   len(closed), max(per_closed, default=0), last, stats.delete_files, stats.deleted_rows)

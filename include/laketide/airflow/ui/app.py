@@ -33,7 +33,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from laketide.airflow.ui import board as boards
-from laketide.airflow.ui import models, panels, ranges, writer
+from laketide.airflow.ui import charts, models, panels, ranges, writer
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ConfigError, RangeError, RequestError
 
@@ -41,7 +41,7 @@ T = TypeVar("T")
 #: the maintenance DAG whose read permission guards the health panel
 MAINTAIN_DAG = "laketide_maintain"
 #: the page's assets, served from the package
-ASSETS = {"laketide.css": "text/css", "laketide.js": "text/javascript"}
+ASSETS = {"laketide.css": "text/css", "laketide.js": "text/javascript", "charts.js": "text/javascript"}
 PAGES = {"index": "index.html", "redo": "redo.html"}
 
 
@@ -215,6 +215,22 @@ async def get_history(stream: str) -> models.History:
     """Every redo, backfill and repair of the stream, dry runs included, newest first."""
     cfg = await off_loop(config)
     return await off_loop(panels.history, cfg, stream_of(cfg, stream))
+
+
+@app.get("/api/streams/{stream}/charts", dependencies=STREAM)
+async def get_charts(stream: str, start: Annotated[str | None, Query()] = None,
+                     end: Annotated[str | None, Query()] = None,
+                     days: Annotated[int, Query(ge=1, le=400)] = 7) -> charts.Charts:
+    """The charts: rows and rejects per hour of the board's range (as ``board`` takes it), the writer's recent
+    batches, files per closed hour before/after compaction, snapshots and metadata size per day."""
+    cfg = await off_loop(config)
+    chosen = stream_of(cfg, stream)
+    stop = parse_hour(end, "end") if end else boards.default_range(datetime.now(UTC), days)[1]
+    first = parse_hour(start, "start") if start else stop - timedelta(days=days)
+    if not timedelta(0) < stop - first <= timedelta(hours=boards.MAX_HOURS):
+        raise HTTPException(400, f"start {first.isoformat()} must be before end {stop.isoformat()}, by "
+                                 f"{boards.MAX_HOURS} hours at most")
+    return await off_loop(charts.charts, cfg, chosen, first, stop)
 
 
 @app.get("/api/health", dependencies=HEALTH)
