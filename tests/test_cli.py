@@ -86,6 +86,8 @@ def fake_airflow(folder: Path, run_id: str = RUN_ID, state: str = "running") -> 
                     f"open({str(recorded)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:], "
                     "'home': os.environ.get('AIRFLOW_HOME')}) + '\\n')\n"
                     "print('SomeWarning: a warning of the CLI', file=sys.stderr)\n"
+                    # Airflow 3.3 logs to stdout too, before the JSON
+                    "print('2026-11-28T06:00:00.000000Z [info     ] creating dag run [airflow.serialization] loc=x')\n"
                     f"run = {{'dag_id': sys.argv[3], 'run_id': {run_id!r}, 'state': 'queued', 'conf': {{}}}}\n"
                     f"if sys.argv[2] == 'list-runs': run = dict(run, state={state!r})\n"
                     "print(json.dumps([run]))\n")

@@ -81,13 +81,20 @@ def trigger(config: LaketideConfig, dag_id: str, conf: dict[str, Any], where: st
 
 
 def _json_list(output: str) -> list[dict[str, Any]]:
-    """The list of objects an ``airflow ... --output json`` printed (warnings may come before it), or ``[]``."""
-    start = output.find("[")
-    try:
-        rows = json.loads(output[start:]) if start >= 0 else None
-    except ValueError:
-        return []
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    """The list of objects an ``airflow ... --output json`` printed, or ``[]``. Airflow's log lines may come before
+    it on the same stream (``... [info     ] creating dag run ...``): the list is the first line that parses."""
+    decoder = json.JSONDecoder()
+    at = 0
+    for line in output.splitlines(keepends=True):
+        if line.startswith("["):
+            try:
+                rows, _ = decoder.raw_decode(output, at)
+            except ValueError:
+                rows = None
+            if isinstance(rows, list):
+                return [r for r in rows if isinstance(r, dict)]
+        at += len(line)
+    return []
 
 
 def run_state(config: LaketideConfig, dag_id: str, run_id: str) -> str | None:
