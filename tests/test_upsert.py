@@ -251,8 +251,8 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
 @pytest.mark.slow
 def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: Path) -> None:
     """The real writer process SIGKILLed after the change log's commit, then (replaying that batch) before its merge,
-    then after the merge (before the checkpoint), changes landing in between: each restart leaves the merged table
-    equal to the fold, every change logged once."""
+    then after the merge (before the checkpoint), then after a merge's data files were written (before its commit),
+    changes landing in between: each restart leaves the merged table equal to the fold, every change logged once."""
     config_path = upsert_config(tmp_path, catalog="laketide")
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
@@ -269,14 +269,43 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: P
         kill_group(writer)
         writer.wait(timeout=60)
         landing.land(more)
+    # after the merge's data files, before its commit: the writer held before a merge, let go, frozen as soon as a
+    # file of the merge appears in the merged table's folder (Parquet files appear when a task opens them), and
+    # killed there, its files in no snapshot
+    landing.land([change("c", 3, "u", 7), change("e", 1, "c", 8)])
+    table = Path(load_catalog(load(config_path).catalog).load_table("lake.accounts").location().removeprefix("file:"))
+    written = set((table / "data").rglob("*.parquet"))
+    held = tmp_path / "held"
+    writer = start_writer(config_path, LAKETIDE_FAULT="before_merge", LAKETIDE_FAULT_DIR=str(held),
+                          LAKETIDE_FAULT_MODE="hold")
+    reached = wait_until_found(held, "before_merge-*.reached", writer)
+    versions = sorted((table / "metadata").glob("*.metadata.json"))
+    reached.with_suffix(".release").touch()
+    deadline = time.monotonic() + 120
+    while not set((table / "data").rglob("*.parquet")) - written:
+        assert writer.poll() is None and time.monotonic() < deadline, writer_log(config_path)[-3000:]
+        time.sleep(0.005)
+    os.killpg(writer.pid, signal.SIGSTOP)
+    assert sorted((table / "metadata").glob("*.metadata.json")) == versions  # the merge is not committed
+    kill_group(writer)
     again = start_writer(config_path)
     assert again.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
-    assert merged(config_path) == fold(landing.changes) == {"c": (2, 4, None), "d": (2, 6, None)}
+    assert merged(config_path) == fold(landing.changes) == {"c": (3, 7, None), "d": (2, 6, None), "e": (1, 8, None)}
     config = load(config_path)
     log_rows = load_catalog(config.catalog).load_table("lake.account_changes").scan().to_arrow()
     assert sorted(log_rows.column("change_id").to_pylist()) == sorted(c["change_id"] for c in landing.changes)
     text = writer_log(config_path)
     assert "batch 1 already committed" in text and "merged into lake.accounts" in text
+
+
+def wait_until_found(folder: Path, pattern: str, writer: subprocess.Popen[bytes], timeout: float = 300) -> Path:
+    """The first file matching ``pattern`` in ``folder``, waited for while ``writer`` runs."""
+    deadline = time.monotonic() + timeout
+    while not (found := sorted(folder.glob(pattern))):
+        assert writer.poll() is None, f"the writer exited ({writer.returncode}) before {pattern}"
+        assert time.monotonic() < deadline, f"no {pattern} after {timeout:.0f} s"
+        time.sleep(0.1)
+    return found[0]
 
 
 DEBEZIUM_FIELDS = {
