@@ -45,6 +45,7 @@ bench: setup ## Benchmarks: writer throughput (vs Parquet and Iceberg sinks), st
 	@$(VENV)/python bench/bench_ui.py
 
 submit: ## Run a Spark job by hand as Airflow does: make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental"
+	@[[ -n "$(JOB)" ]] || { echo 'error: make submit needs JOB, a file of spark_jobs/, e.g. make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental" (./laketide submit --help)' >&2; exit 2; }
 	@./laketide submit $(JOB) $(ARGS)
 
 reconcile: ## Per-hour report: audit == lake + rejects (exits 1 only for a mismatch, duplicates or a blocking file)
