@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,8 +123,10 @@ def endpoints(lake: UiLake) -> dict[str, str]:
     return {"/laketide/": "viewer", "/laketide/static/laketide.js": "viewer", "/laketide/api/streams": "viewer",
             f"{base}/board": "viewer", f"{base}/hours/{hour}": "viewer", f"{base}/writer": "viewer",
             f"{base}/snapshots": "viewer", f"{base}/landing": "viewer", f"{base}/history": "viewer",
+            f"{base}/charts": "viewer", "/laketide/static/charts.js": "viewer",
             "/laketide/api/health": "viewer", f"/laketide/redo?stream=clicks&snapshot_id={snapshot}": "admin",
-            f"{base}/redo-plan?snapshot_id={snapshot}": "admin"}
+            f"{base}/redo-plan?snapshot_id={snapshot}": "admin",
+            f"{base}/actions/close?start={lake.key(-10)}&end={lake.key(-9)}".replace("+", "%2B"): "admin"}
 
 
 def test_every_endpoint_needs_the_login_and_the_permission(server: Server) -> None:
@@ -134,7 +137,7 @@ def test_every_endpoint_needs_the_login_and_the_permission(server: Server) -> No
     covered = {p.split("?")[0].replace("/laketide", "", 1) for p in listed}
     for route in routes:  # a new route must be added to the list above
         pattern = route.replace("{stream}", "clicks").replace("{hour}", server.lake.key(-7)).replace(
-            "{name}", "laketide.js")
+            "{name}", "laketide.js").replace("{action}", "close")
         assert pattern in covered, f"route {route} is not checked"
     viewer, nobody, admin = server.token("viewer"), server.token("nobody"), server.token("admin")
     for path, least in listed.items():
@@ -207,6 +210,12 @@ def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Se
         wait.until(ec.text_to_be_present_in_element((By.ID, "hour"), "audit 40 != lake 33 + rejects 1"))
         assert lake.pending_file in driver.find_element(By.ID, "landing").text
         assert "repair" in driver.find_element(By.ID, "history").text
+        # the writer's batches fit their column (times wrap; what still does not fit scrolls inside the column)
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#writer table")))
+        table_right, column_right = driver.execute_script(
+            "return [document.querySelector('#writer table').getBoundingClientRect().right,"
+            " document.getElementById('writer-section').getBoundingClientRect().right];")
+        assert table_right <= column_right + 1, (table_right, column_right)
         driver.switch_to.default_content()
         driver.save_screenshot(str(shot))
         print(f"screenshot of the lakehouse view: {shot}")
@@ -242,3 +251,133 @@ def test_the_view_shows_the_board_and_redo_from_here_starts_a_dry_run(server: Se
     assert run["conf"] == {"stream": "clicks", "snapshot_id": target, "at": None, "start": None, "end": None,
                            "dry_run": True}
     assert run["triggering_user_name"] == "admin" and run["triggered_by"] == "ui"  # the browser, as the user
+
+
+def dag_run(server: Server, dag_id: str, run_id: str) -> dict[str, Any]:
+    status, run = server.request(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}",
+                                 server.token("admin"))
+    assert status == 200, run
+    return dict(run)
+
+
+def run_ids(server: Server, dag_id: str) -> set[str]:
+    status, runs = server.request(f"/api/v2/dags/{dag_id}/dagRuns", server.token("admin"))
+    assert status == 200, runs
+    return {r["dag_run_id"] for r in runs["dag_runs"]}
+
+
+def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Server, tmp_path: Path) -> None:
+    """Select hours on the board (a click, a shift-click), start a backfill dry run and a close range: each run
+    exists in Airflow with the DAG's params for exactly those hours, started as the user; the run's link, followed,
+    moves Airflow's page itself (not the frame) to the run. A wrong selection starts nothing and says why; the
+    legend filters the board, each day has its summary, a closed hour links to its close run."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+
+    from tests.ui_lake import close_run_id
+
+    lake = server.lake
+    driver = browser(tmp_path / "chromium")
+    cell = lambda offset: driver.find_element(By.CSS_SELECTOR, f".cell[data-hour='{lake.key(offset)}']")
+    result = lambda: driver.find_element(By.ID, "action-result").text
+    before = {dag: run_ids(server, dag) for dag in ("laketide_backfill", "laketide_repair", "laketide_close_clicks")}
+    try:
+        wait = open_view(driver, server, "admin")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".cell[data-state=closed]")))
+        wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-action=backfill]")))
+        # nothing selected: a clear message, nothing started
+        driver.find_element(By.CSS_SELECTOR, "[data-action=repair]").click()
+        assert "no hour selected" in result()
+        # the current hour cannot be closed: refused by the view's check, nothing started
+        cell(0).click()
+        driver.find_element(By.CSS_SELECTOR, "[data-action=close]").click()
+        wait.until(lambda d: "refused, nothing started" in result())
+        assert "is in the future" in result()
+
+        # a closed hour: its close run's link; then the range H-10 .. H-9 (click, shift-click)
+        cell(-10).click()
+        hour_run = wait.until(ec.presence_of_element_located((By.ID, "hour-run")))
+        assert hour_run.get_attribute("href") == (
+            f"{server.url}/dags/laketide_close_clicks/runs/{urllib.parse.quote(close_run_id(lake.hour(-10)), safe='')}")
+        ActionChains(driver).key_down(Keys.SHIFT).click(cell(-9)).key_up(Keys.SHIFT).perform()
+        assert driver.find_element(By.ID, "selection").text == f"{lake.key(-10)} → {lake.key(-9)} (2 hours)"
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".cell.selected")) == 2
+        assert driver.find_element(By.ID, "action-dry").is_selected()  # a dry run first
+
+        driver.find_element(By.CSS_SELECTOR, "[data-action=backfill]").click()
+        backfill_id = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#action-result #run-link"))).text
+        assert "Started dry run: backfill of clicks" in result()
+        driver.find_element(By.CSS_SELECTOR, "[data-action=close]").click()
+        wait.until(lambda d: "Started close range" in result())
+        close_link = driver.find_element(By.CSS_SELECTOR, "#action-result #run-link")
+        close_id = close_link.text
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(tmp_path / "board-actions.png"))
+        driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
+
+        # the run's link moves Airflow's page (top level) to the run, out of the frame
+        driver.find_element(By.CSS_SELECTOR, "#action-result #run-link").click()
+        driver.switch_to.default_content()
+        run_path = f"/dags/laketide_close_clicks/runs/{urllib.parse.quote(close_id, safe='')}"
+        wait.until(lambda d: urllib.parse.unquote(d.current_url).endswith(urllib.parse.unquote(run_path)))
+        wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), close_id))
+        assert driver.find_elements(By.CSS_SELECTOR, "iframe[title=Lakehouse]") == []
+        driver.save_screenshot(str(tmp_path / "close-run.png"))
+
+        # the legend filters the board on a state; every day has its summary
+        driver.get(server.url + "/plugin/laketide")
+        driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-legend=failed]"))).click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".cell")) == 1)
+        assert cell(-7).get_attribute("data-state") == "failed"
+        assert driver.find_element(By.ID, "state-filter").get_attribute("value") == "failed"
+        summary = driver.find_element(By.CSS_SELECTOR, f".day-sum[data-day='{lake.key(-7)[:10]}']").text
+        assert "failed 1" in summary and "rows" in summary and "rejects" in summary
+    finally:
+        driver.quit()
+
+    backfill = dag_run(server, "laketide_backfill", backfill_id)
+    assert backfill["conf"] == {"stream": "clicks", "start": lake.key(-10), "end": lake.key(-8), "dry_run": True}
+    close = dag_run(server, "laketide_close_clicks", close_id)
+    assert close["conf"] == {"start": lake.key(-10), "end": lake.key(-8)}
+    for run in (backfill, close):
+        assert run["triggering_user_name"] == "admin" and run["triggered_by"] == "ui", run  # as the user
+    started = {dag: run_ids(server, dag) - ids for dag, ids in before.items()}
+    assert started == {"laketide_backfill": {backfill_id}, "laketide_repair": set(),
+                       "laketide_close_clicks": {close_id}}  # the refused requests started nothing
+
+    # a viewer may start none of these runs: no action button is shown to one
+    driver = browser(tmp_path / "chromium-viewer")
+    try:
+        wait = open_view(driver, server, "viewer")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".cell[data-state=closed]")))
+        assert not driver.find_element(By.ID, "actions").is_displayed()
+        assert [b for b in driver.find_elements(By.CSS_SELECTOR, "[data-action]") if b.is_displayed()] == []
+    finally:
+        driver.quit()
+
+
+def test_the_charts_are_drawn_with_the_lakes_figures(server: Server, tmp_path: Path) -> None:
+    """The charts section: SVG drawn in the page (no library, nothing fetched from elsewhere), one bar pair per hour
+    of the board's range (7 days), a point per writer batch, the closed hour's files, today's snapshots."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser(tmp_path / "chromium-charts")
+    try:
+        wait = open_view(driver, server, "admin")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-days circle.pt-snapshots"))
+        hours = driver.find_elements(By.CSS_SELECTOR, "#chart-rows rect.bar-rows")
+        assert len(hours) == len(driver.find_elements(By.CSS_SELECTOR, "#chart-rows rect.bar-rejects")) == 7 * 24
+        tall = [r for r in hours if float(r.get_attribute("height")) > 0]
+        assert len(tall) == 5  # the five hours with rows (H-10, H-8 .. H-5)
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#chart-batches circle.pt-latency_s")) == 5
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#chart-batches circle.pt-lag_s")) == 5
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#chart-files rect.bar-files")) == 1  # H-10, closed
+        (today,) = driver.find_elements(By.CSS_SELECTOR, "#chart-days circle.pt-snapshots")
+        assert "snapshots 5" in today.get_attribute("textContent")
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(tmp_path / "charts.png"))
+    finally:
+        driver.quit()
