@@ -37,7 +37,7 @@ from airflow.sdk import DAG, Param, task
 from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.callbacks import alert
 from laketide.airflow.hooks import airflow_config
-from laketide.airflow.operators import FATAL_EXIT_CODES, LaketideSparkSubmitOperator
+from laketide.airflow.operators import FATAL_EXIT_CODES, LaketideSparkSubmitOperator, close_task
 from laketide.config import get_config
 
 _config = get_config()
@@ -149,7 +149,7 @@ with DAG(
                 return []
             return hours_to_reclose(airflow_config(), stream, check_run_id(context["run_id"]))
 
-        @task(task_id=f"reclose_{_stream.name}", outlets=[_asset], max_active_tis_per_dagrun=4)
+        @close_task(task_id=f"reclose_{_stream.name}", outlets=[_asset], max_active_tis_per_dagrun=4)
         def reclose(partition: str, stream: str = _stream.name, asset: Any = _asset,
                     **context: Any) -> dict[str, Any]:
             """Verify a reopened hour and close it again (an Asset event partitioned by the hour names it)."""
