@@ -28,6 +28,11 @@ EXPECTED = {-10: "closed", -9: "empty", -8: "gap", -7: "failed", -6: "reopened",
             0: "lagging"}
 
 
+def close_run_id(hour: datetime) -> str:
+    """The id of the (scheduled) close run recorded on a closed hour of the lake."""
+    return f"scheduled__{(hour + timedelta(hours=1)).isoformat()}"
+
+
 @dataclass(frozen=True)
 class UiLake:
     config_path: Path
@@ -72,7 +77,7 @@ def build_ui_lake(home: Path, catalog_name: str = "laketide") -> UiLake:
            StatusRecord("clicks", hour(-10), State.COMPLETE, rows=30, recorded_at=t0),
            StatusRecord("clicks", hour(-10), State.CLOSED, rows=30, rejects=0, audit=30,
                         snapshot_id=snapshots[0], reason="verified: audit 30 == lake 30 + rejects 0",
-                        recorded_at=t0 + timedelta(seconds=1)),
+                        run_id=close_run_id(hour(-10)), recorded_at=t0 + timedelta(seconds=1)),
            StatusRecord("clicks", hour(-9), State.EMPTY, rows=0, reason="a quiet hour", recorded_at=t0),
            StatusRecord("clicks", hour(-8), State.GAP, rows=32, reason="stream clicks stalled", recorded_at=t0),
            StatusRecord("clicks", hour(-7), State.FAILED, rows=33, rejects=1, audit=40,

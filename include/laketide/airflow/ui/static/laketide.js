@@ -1,7 +1,7 @@
 /* The lakehouse view: plain JS, relative URLs only (the page may live under a base URL or behind a proxy). */
 "use strict";
 var laketide = (function () {
-  var state = { stream: null, selected: null };
+  var state = { stream: null, picked: null, anchor: null, filter: null, actionDags: {} };
 
   function $(id) { return document.getElementById(id); }
   function esc(v) {
@@ -49,66 +49,175 @@ var laketide = (function () {
     var lines = [c.hour + " — " + c.state + (c.checked_now ? " (checked now)" : "")];
     if (c.audit !== null || c.rows !== null) {
       lines.push("audit " + n(c.audit) + " · lake " + n(c.rows) + " · rejects " + n(c.rejects) +
-        (c.duplicates_removed ? " · duplicates removed " + n(c.duplicates_removed) : ""));
+        (c.duplicates_removed ? " · duplicates removed " + n(c.duplicates_removed) : "") + (c.checked_now ? " so far" : ""));
     }
     if (c.reason) lines.push(c.reason);
     return lines.join("\n");
   }
+  function daySummary(d) {
+    var parts = Object.keys(d.counts).map(function (s) { return s + " " + d.counts[s]; });
+    return parts.join(" · ") + " · " + n(d.rows) + " rows · " + n(d.rejects) + " rejects";
+  }
   function drawBoard(b) {
+    state.filter = b.state;
     $("legend").innerHTML = b.states.map(function (s) {
-      return '<span data-legend="' + s + '"><i class="swatch s-' + s + '"></i>' + s + " " +
-        '<b class="muted">' + (b.counts[s] || 0) + "</b></span>";
-    }).join("") + '<span class="muted">hatched: checked now (being written)</span>';
+      return '<button type="button" class="legend-entry' + (b.state === s ? " active" : "") + '" data-legend="' + s +
+        '" title="show only the hours ' + s + '"><i class="swatch s-' + s + '"></i>' + s + " " +
+        '<b class="muted">' + (b.counts[s] || 0) + "</b></button>";
+    }).join("") + '<span class="muted">hatched: checked now (being written) · click an hour, shift-click another for a range</span>';
+    $("state-filter").value = b.state || "";
     $("board-meta").textContent = b.table + " · " + b.start + " → " + b.end + " · " + b.cells.length +
-      " hours · answered in " + b.elapsed_ms + " ms";
+      " hours" + (b.state ? " " + b.state : "") + " · answered in " + b.elapsed_ms + " ms";
+    var byHour = {}, current = b.now.slice(0, 13);
+    b.cells.forEach(function (c) { byHour[c.hour.slice(0, 13)] = c; });
     var html = ['<span></span>'];
     for (var h = 0; h < 24; h++) html.push('<span class="hh">' + (h % 3 === 0 ? String(h).padStart(2, "0") : "") + "</span>");
-    var day = null, current = b.now.slice(0, 13);
-    b.cells.forEach(function (c) {
-      var d = c.hour.slice(0, 10), hour = parseInt(c.hour.slice(11, 13), 10);
-      if (d !== day) {
-        day = d;
-        // a new row: pad to a multiple of 25 grid items (label + 24 hours)
-        while ((html.length) % 25 !== 0) html.push("<span></span>");
-        html.push('<span class="day">' + d + "</span>");
-        for (var p = 0; p < hour; p++) html.push("<span></span>");
+    html.push('<span class="hh day-sum">per day</span>');
+    b.days.forEach(function (d) {  // one row a day: its 24 hours (those shown), then its summary
+      html.push('<span class="day">' + esc(d.day) + "</span>");
+      for (var h = 0; h < 24; h++) {
+        var c = byHour[d.day + "T" + String(h).padStart(2, "0")];
+        html.push(!c ? "<span></span>" : '<span class="cell s-' + esc(c.state) + (c.checked_now ? " checked" : "") +
+          (c.hour.slice(0, 13) === current ? " now" : "") + '" data-hour="' + esc(c.hour) + '" data-state="' +
+          esc(c.state) + '" title="' + esc(title(c)) + '"></span>');
       }
-      html.push('<span class="cell s-' + esc(c.state) + (c.checked_now ? " checked" : "") +
-        (c.hour.slice(0, 13) === current ? " now" : "") + '" data-hour="' + esc(c.hour) + '" data-state="' +
-        esc(c.state) + '" title="' + esc(title(c)) + '"></span>');
+      html.push('<span class="day-sum" data-day="' + esc(d.day) + '">' + esc(daySummary(d)) + "</span>");
     });
     $("board").innerHTML = html.join("");
     Array.prototype.forEach.call(document.querySelectorAll(".cell"), function (el) {
-      el.addEventListener("click", function () { showHour(el); });
+      el.addEventListener("click", function (ev) { pick(el, ev.shiftKey); });
     });
+    Array.prototype.forEach.call(document.querySelectorAll(".legend-entry"), function (el) {
+      el.addEventListener("click", function () {
+        $("state-filter").value = state.filter === el.dataset.legend ? "" : el.dataset.legend;
+        loadBoard();
+      });
+    });
+    markPicked();
   }
+  // a click picks an hour, a shift-click the range from the hour picked before to this one (both included)
+  function pick(el, extend) {
+    var hour = el.dataset.hour;
+    if (extend && state.anchor) {
+      state.picked = state.anchor < hour ? [state.anchor, hour] : [hour, state.anchor];
+    } else {
+      state.anchor = hour;
+      state.picked = [hour, hour];
+      showHour(el);
+    }
+    markPicked();
+  }
+  function nextHour(hour) { return new Date(Date.parse(hour) + 3600000).toISOString().slice(0, 19) + "+00:00"; }
+  function markPicked() {
+    var p = state.picked;
+    Array.prototype.forEach.call(document.querySelectorAll(".cell"), function (c) {
+      c.classList.toggle("selected", !!p && c.dataset.hour >= p[0] && c.dataset.hour <= p[1]);
+    });
+    var hours = p ? Math.round((Date.parse(p[1]) - Date.parse(p[0])) / 3600000) + 1 : 0;
+    $("selection").textContent = p ? p[0] + (hours > 1 ? " → " + p[1] + " (" + hours + " hours)" : " (1 hour)")
+      : "no hour selected";
+  }
+  function runDag(runId, dag) { return (state.actionDags || {})[runId] || dag; }
   function showHour(el) {
     var box = $("hour");
-    Array.prototype.forEach.call(document.querySelectorAll(".cell.selected"), function (c) { c.classList.remove("selected"); });
-    el.classList.add("selected");
     box.hidden = false;
     box.textContent = "loading " + el.dataset.hour + " …";
+    var closeDag = "laketide_close_" + state.stream;
     get(api("hours/" + encodeURIComponent(el.dataset.hour))).then(function (d) {
       var c = d.cell;
       var head = "<b>" + esc(d.hour) + "</b> — " + '<i class="swatch s-' + esc(c.state) + '"></i> ' + esc(c.state) +
-        (c.checked_now ? " (checked now, not recorded)" : "") + '<dl class="kv">' +
+        (c.checked_now ? " (checked now, not recorded: counts so far)" : "") + '<dl class="kv">' +
         "<dt>audit</dt><dd>" + n(c.audit) + "</dd><dt>lake</dt><dd>" + n(c.rows) + "</dd><dt>rejects</dt><dd>" +
         n(c.rejects) + "</dd><dt>duplicates removed</dt><dd>" + n(c.duplicates_removed) + "</dd><dt>snapshot</dt><dd>" +
-        esc(c.snapshot_id || "–") + '</dd><dt>reason</dt><dd class="wrap">' + esc(c.reason || "") + "</dd></dl>";
+        esc(c.snapshot_id || "–") + "</dd><dt>run</dt><dd>" + (c.run_id ? runLink(runDag(c.run_id, closeDag), c.run_id, "hour-run") : "–") +
+        '</dd><dt>reason</dt><dd class="wrap">' + esc(c.reason || "") + "</dd></dl>";
       var rows = d.steps.slice().reverse().map(function (s) {
         return "<tr><td>" + esc(s.recorded_at) + '</td><td><i class="swatch s-' + esc(s.state) + '"></i> ' +
           esc(s.state) + '</td><td class="num">' + n(s.audit) + '</td><td class="num">' + n(s.rows) +
-          '</td><td class="num">' + n(s.rejects) + "</td><td>" + esc(s.run_id || "") + '</td><td class="wrap">' +
-          esc(s.reason || "") + "</td></tr>";
+          '</td><td class="num">' + n(s.rejects) + "</td><td>" + (s.run_id ? runLink(runDag(s.run_id, closeDag), s.run_id) : "") +
+          '</td><td class="wrap">' + esc(s.reason || "") + "</td></tr>";
       });
       box.innerHTML = head + (rows.length ? table(["recorded", "state", "#audit", "#lake", "#rejects", "run", "reason"], rows)
         : '<p class="muted">nothing recorded for this hour yet</p>');
     }).catch(function (e) { fail(box, e); });
   }
   function loadBoard() {
-    var params = { days: $("days").value, start: $("start").value.trim(), end: $("end").value.trim() };
+    var params = { days: $("days").value, start: $("start").value.trim(), end: $("end").value.trim(),
+      state: $("state-filter").value };
     $("board").textContent = "loading …";
     return get(api("board?" + q(params))).then(drawBoard).catch(function (e) { fail($("board"), e); });
+  }
+
+  // ---------------------------------------------------------------- runs: started through Airflow's REST API, opened at top
+  // a run's page in Airflow's UI (relative to this page under <base>/laketide/)
+  function runHref(dag, runId) { return "../dags/" + encodeURIComponent(dag) + "/runs/" + encodeURIComponent(runId); }
+  function runLink(dag, runId, id) {
+    return '<a class="run" ' + (id ? 'id="' + id + '" ' : "") + 'href="' + esc(new URL(runHref(dag, runId), location.href).href) +
+      '">' + esc(runId) + "</a>";
+  }
+  // Airflow shows this page in an iframe sandboxed without top navigation or pop-ups (target=_top and _blank do
+  // nothing). The frame is of Airflow's origin, so Airflow's own router moves the page: the run's URL is pushed on
+  // the top window's history and announced as a history move (popstate), as the back button does.
+  function openTop(href) {
+    var top = window.top;
+    try {
+      if (top !== window && top.location.origin === location.origin) {
+        var at = top.history.state && typeof top.history.state.idx === "number" ? top.history.state.idx : 0;
+        top.history.pushState({ usr: null, key: Math.random().toString(36).slice(2, 10), idx: at + 1 }, "", href);
+        top.dispatchEvent(new top.PopStateEvent("popstate", { state: top.history.state }));
+        return;
+      }
+    } catch (e) { /* another origin: open it here */ }
+    location.href = href;
+  }
+  document.addEventListener("click", function (ev) {
+    var a = ev.target.closest && ev.target.closest("a.run");
+    if (!a || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0) return;  // a new tab: the browser's own
+    ev.preventDefault();
+    openTop(a.href);
+  });
+  // start a run of ``dag`` with ``conf`` as the logged-in user (the UI's cookie); resolves to the run's link
+  function startRun(dag, conf, note) {
+    return fetch("../api/v2/dags/" + encodeURIComponent(dag) + "/dagRuns", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify({ logical_date: null, conf: conf, note: note })
+    }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (!r.ok) throw new Error(r.status + ": " + JSON.stringify(body.detail || body));
+        return runLink(dag, body.dag_run_id, "run-link") + " (" + esc(body.state) + ")";
+      });
+    });
+  }
+
+  // ---------------------------------------------------------------- actions on the selected hours
+  var STATES = ["open", "lagging", "gap", "complete", "empty", "verified", "failed", "closed", "reopened", "none"];
+  var ACTION_NAMES = { close: "close range", backfill: "backfill", repair: "repair", redo: "redo" };
+  function showActions(s) {
+    var stream = s.streams.filter(function (x) { return x.name === state.stream; })[0] || {};
+    var allowed = { close: stream.may_close, backfill: s.may_backfill, repair: s.may_repair, redo: s.may_redo };
+    Array.prototype.forEach.call(document.querySelectorAll("[data-action]"), function (b) {
+      b.hidden = !allowed[b.dataset.action];  // a button the user may not use is not shown
+    });
+    $("actions").hidden = !Object.keys(allowed).some(function (k) { return allowed[k]; });
+  }
+  function act(action) {
+    var out = $("action-result"), p = state.picked;
+    if (!p) { out.innerHTML = '<p class="error">no hour selected: click an hour on the board (shift-click another for a range); nothing started</p>'; return; }
+    out.textContent = "checking " + ACTION_NAMES[action] + " of " + p[0] + " → " + p[1] + " …";
+    get(api("actions/" + action + "?" + q({ start: p[0], end: nextHour(p[1]) }))).then(function (plan) {
+      var conf = Object.assign({}, plan.conf), dry = plan.dry_run && $("action-dry").checked;
+      if (plan.dry_run) conf.dry_run = dry;
+      if (plan.dry_run && !dry && !window.confirm("Not a dry run: " + ACTION_NAMES[action] + " changes the tables. Start it?")) {
+        out.textContent = "nothing started"; return null;
+      }
+      var what = (dry ? "dry run: " : "") + ACTION_NAMES[action] + " of " + plan.stream + " [" + p[0] + ", " + nextHour(p[1]) + ")";
+      return startRun(plan.dag_id, conf, what + " (lakehouse view)").then(function (link) {
+        out.innerHTML = "<p>Started " + esc(what) + ", " + esc(plan.dag_id) + ": " + link + '</p><p class="muted">' +
+          esc(plan.note) + (action === "redo" ? ' · <a href="redo?' + q({ stream: plan.stream, snapshot_id: conf.snapshot_id,
+          start: conf.start, end: conf.end }) + '">its plan on the redo confirmation page</a>' : "") + "</p>";
+      });
+    }).catch(function (e) { fail(out, e); });
   }
 
   // ---------------------------------------------------------------- writer, landing, snapshots, actions, health
@@ -143,12 +252,13 @@ var laketide = (function () {
       };
       var rows = w.batches.map(function (b) {
         return '<tr><td class="num">' + b.batch_id + '</td><td class="num">' + n(b.rows) + '</td><td class="num">' +
-          n(b.rejects) + (keyed ? ops(b) : "") + "</td><td>" + esc((b.min_event_time || "–") + " → " + (b.max_event_time || "–")) + "</td><td>" +
+          n(b.rejects) + (keyed ? ops(b) : "") + '</td><td class="wrap">' + esc((b.min_event_time || "–") + " → " + (b.max_event_time || "–")) + '</td><td class="wrap">' +
           esc(b.committed_at) + '</td><td class="num">' + secs(b.freshness_s) + "</td></tr>";
       });
       var head = ["#batch", keyed ? "#changes" : "#rows", "#rejects"].concat(keyed ? ["#keys inserted / updated / deleted"] : [])
         .concat(["event times", "committed", "#landed→committed"]);
-      $("writer").innerHTML = kv + (rows.length ? table(head, rows) : "");
+      // the batches' table wraps its times and scrolls inside the column when it still does not fit
+      $("writer").innerHTML = kv + (rows.length ? '<div class="scroll">' + table(head, rows) + "</div>" : "");
     }).catch(function (e) { fail($("writer"), e); });
   }
   function loadLanding() {
@@ -184,6 +294,8 @@ var laketide = (function () {
   }
   function loadHistory() {
     return get(api("history")).then(function (h) {
+      state.actionDags = {};  // the run ids of redo, backfill and repair runs: an hour's run links to its DAG
+      h.actions.forEach(function (a) { if (a.run_id) state.actionDags[a.run_id] = "laketide_" + a.action; });
       var rows = h.actions.map(function (a) {
         return "<tr><td>" + esc(a.recorded_at) + "</td><td>" + esc(a.action) + "</td><td>" + esc(a.outcome) +
           (a.dry_run ? " <span class=muted>(dry run)</span>" : "") + "</td><td>" + esc(a.requested_by || "") + "</td><td>" +
@@ -219,15 +331,29 @@ var laketide = (function () {
   function main() {
     get("api/streams").then(function (s) {
       state.mayRedo = s.may_redo;  // a user who may not start a redo gets no link to one
+      state.streams = s;
       $("stream").innerHTML = s.streams.map(function (x) { return "<option>" + esc(x.name) + "</option>"; }).join("");
       var wanted = new URLSearchParams(location.search).get("stream");
       state.stream = wanted && s.streams.some(function (x) { return x.name === wanted; }) ? wanted : (s.streams[0] || {}).name;
       $("stream").value = state.stream;
       if (!state.stream) { $("status").textContent = "no stream configured"; return; }
+      showActions(s);
       loadAll();
     }).catch(function (e) { fail($("board"), e); });
-    $("stream").addEventListener("change", function () { state.stream = $("stream").value; loadAll(); });
+    $("stream").addEventListener("change", function () {
+      state.stream = $("stream").value;
+      state.picked = state.anchor = null;
+      showActions(state.streams);
+      loadAll();
+    });
     $("days").addEventListener("change", loadBoard);
+    $("state-filter").innerHTML = '<option value="">every state</option>' + STATES.map(function (s) {
+      return "<option>" + s + "</option>";
+    }).join("");
+    $("state-filter").addEventListener("change", loadBoard);
+    Array.prototype.forEach.call(document.querySelectorAll("[data-action]"), function (b) {
+      b.addEventListener("click", function () { act(b.dataset.action); });
+    });
     $("refresh").addEventListener("click", loadAll);
   }
 
@@ -238,6 +364,8 @@ var laketide = (function () {
     var snapshot = params.get("snapshot_id"), plan = null;
     $("p-stream").textContent = state.stream || "";
     $("p-snapshot").textContent = snapshot || "";
+    $("p-start").value = params.get("start") || "";  // from the board's redo of an hour range
+    $("p-end").value = params.get("end") || "";
     $("p-dry").addEventListener("change", function () {
       $("warning").hidden = $("p-dry").checked;
       $("trigger").textContent = $("p-dry").checked ? "Start dry run" : "Start redo";
@@ -259,19 +387,9 @@ var laketide = (function () {
       $("trigger").disabled = true;
       $("result").textContent = "starting …";
       // Airflow's own REST API, as the logged-in user (the UI's cookie): relative to this page under /laketide/
-      fetch("../api/v2/dags/" + encodeURIComponent(plan.dag_id) + "/dagRuns", {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json" },
-        body: JSON.stringify({ logical_date: null, conf: conf,
-          note: (conf.dry_run ? "dry run: " : "") + "redo of " + conf.stream + " from snapshot " + conf.snapshot_id +
-            " (lakehouse view)" })
-      }).then(function (r) {
-        return r.json().catch(function () { return {}; }).then(function (body) {
-          if (!r.ok) throw new Error(r.status + ": " + JSON.stringify(body.detail || body));
-          var href = "../dags/" + encodeURIComponent(plan.dag_id) + "/runs/" + encodeURIComponent(body.dag_run_id);
-          $("result").innerHTML = "<p>Started " + (conf.dry_run ? "a dry run" : "the redo") + ': <a id="run-link" target="_top" href="' +
-            esc(href) + '">' + esc(body.dag_run_id) + "</a> (" + esc(body.state) + ")</p>";
-        });
+      startRun(plan.dag_id, conf, (conf.dry_run ? "dry run: " : "") + "redo of " + conf.stream + " from snapshot " +
+        conf.snapshot_id + " (lakehouse view)").then(function (link) {
+        $("result").innerHTML = "<p>Started " + (conf.dry_run ? "a dry run" : "the redo") + ": " + link + "</p>";
       }).catch(function (e) { fail($("result"), e); $("trigger").disabled = false; });
     });
   }
