@@ -247,6 +247,23 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     assert {r["account_id"]: r["version"] for r in
             catalog.load_table("lake.accounts__tombstones").scan().to_arrow().to_pylist()} == {"c": 2, "e": 5}
 
+    # schema evolution as for an append stream: a field added to the stream (an int), then widened (to a long):
+    # the change log, the merged table and the tombstones follow; rows merged before read null
+    name = config.catalog.name
+    for kind, changes in (("int", [change("b", 3, "u", 7), change("h", 1, "c", 1)]),
+                          ("long", [change("h", 2, "u", 2), change("g", 12, "d")])):
+        upsert_config(tmp_path, catalog=name, fields={**FIELDS, "tier": {"type": kind}},
+                      upsert={**UPSERT, "sequence_field": "version"})
+        tiers = {c["account_id"]: 2 ** 40 if kind == "long" else 3 for c in changes}
+        landing.land([{**c, "tier": tiers[c["account_id"]]} for c in changes])
+        ingest(spark, config_path)
+        for table in ("lake.account_changes", "lake.accounts"):
+            assert str(catalog.load_table(table).schema().find_field("tier").field_type) == kind, table
+    rows = {r["account_id"]: r for r in catalog.load_table("lake.accounts").scan().to_arrow().to_pylist()}
+    assert {k: r["tier"] for k, r in rows.items()} == {"a": None, "b": 3, "d": None, "f": None, "h": 2 ** 40}
+    assert merged(config_path) == fold(landing.changes)
+    assert verify_partition(load(config_path), stream, H0).success
+
 
 @pytest.mark.slow
 def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from laketide import logs
@@ -120,27 +121,53 @@ def merged_properties(upsert: UpsertConfig) -> dict[str, str]:
 
 def ensure_upsert_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
     """Create the merged table (the key's columns NOT NULL and its identifier fields) and the tombstones table of an
-    upsert stream unless they exist."""
+    upsert stream unless they exist; existing ones follow fields added to the stream or widened."""
     upsert = stream.upsert
     assert upsert is not None
     cat = config.catalog.name
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{upsert.table.split('.')[0]}")
 
-    def column(name: str) -> str:
-        kind = spark_type(stream.fields[name].type).simpleString()
-        return f"{_q(name)} {kind}" + (" NOT NULL" if name in upsert.primary_key else "")
+    def columns(names: Iterable[str]) -> list[tuple[str, str]]:
+        return [(n, spark_type(stream.fields[n].type).simpleString()) for n in names]
 
     keys = ", ".join(_q(k) for k in upsert.primary_key)
-    for name, columns in (
-        (upsert.table, [column(c) for c in merged_columns(stream)]),
-        (tombstones_table(upsert), [column(c) for c in (*upsert.primary_key, upsert.sequence_field,
-                                                        stream.event_id_field)] + ["recorded_at timestamp"]),
+    for name, wanted in (
+        (upsert.table, columns(merged_columns(stream))),
+        (tombstones_table(upsert), columns((*upsert.primary_key, upsert.sequence_field, stream.event_id_field))),
     ):
+        ddl = [f"{_q(c)} {kind}" + (" NOT NULL" if c in upsert.primary_key else "") for c, kind in wanted]
+        if name != upsert.table:
+            ddl.append("recorded_at timestamp")
         props = ", ".join(f"'{k}'='{v}'" for k, v in merged_properties(upsert).items())
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {cat}.{name} ({', '.join(columns)}) USING iceberg "
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {cat}.{name} ({', '.join(ddl)}) USING iceberg "
                   f"TBLPROPERTIES ({props})")
         if not list(iceberg_table(spark, f"{cat}.{name}").schema().identifierFieldNames()):
             spark.sql(f"ALTER TABLE {cat}.{name} SET IDENTIFIER FIELDS {keys}")
+        follow_fields(spark, f"{cat}.{name}", wanted)
+
+
+def follow_fields(spark: SparkSession, name: str, wanted: list[tuple[str, str]]) -> list[str]:
+    """Schema evolution of a merged (or tombstones) table as of its change log: a field added to the stream becomes
+    a column (after the column of the field before it; rows already merged read null), a widened one (int -> long,
+    float -> double) is widened. Anything else was refused before, by the change log's own check
+    (``schema.plan_change``, which the writer runs first). Returns what changed, for the log."""
+    from laketide.ingest.schema import WIDENINGS, table_columns
+
+    have = table_columns(spark, name)
+    changed: list[str] = []
+    previous: str | None = None
+    for column, kind in wanted:
+        if column not in have:
+            position = f"AFTER {_q(previous)}" if previous is not None else "FIRST"
+            spark.sql(f"ALTER TABLE {name} ADD COLUMN {_q(column)} {kind} {position}")
+            changed.append(f"column {column} {kind} added")
+        elif (have[column], kind) in WIDENINGS:
+            spark.sql(f"ALTER TABLE {name} ALTER COLUMN {_q(column)} TYPE {kind}")
+            changed.append(f"column {column} widened from {have[column]} to {kind}")
+        previous = column
+    if changed:
+        log.info("table %s follows its stream's fields: %s", name, "; ".join(changed))
+    return changed
 
 
 # ---------------------------------------------------------------- the merge
