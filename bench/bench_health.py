@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_ui import timed
 from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
 from laketide.dev.commits import commit_files, land
@@ -30,15 +31,6 @@ from laketide.maintain.record import record as record_maintenance
 from tests.helpers import load, write_group_config
 
 STREAMS = ["clicks", "orders", "views"]
-
-
-def timed(fn: object, repeat: int) -> list[float]:
-    out = []
-    for _ in range(repeat):
-        began = time.perf_counter()
-        fn()  # type: ignore[operator]
-        out.append((time.perf_counter() - began) * 1000)
-    return out
 
 
 def build(home: Path, commits: int, hours: int) -> object:
