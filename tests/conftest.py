@@ -44,7 +44,7 @@ from tests.helpers import JARS_DIR, JAVA_OPTIONS_ENV  # noqa: E402
 #: number of tests, which put a single two-minute test (the busy catalog) and the production profile last.
 SLOWEST_FIRST = (
     "test_maintain", "test_fencing", "test_faults", "test_redo", "test_upsert", "test_group", "test_production",
-    "test_contention",
+    "test_contention", "test_lineage",
     "test_checkpoint_damage", "test_held_out", "test_history", "test_consistent_view", "test_writer",
     "test_poison_line", "test_backfill", "test_run_script", "test_parse", "test_docs_commands", "test_dags",
     "test_schema", "test_bom",
