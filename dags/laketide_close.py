@@ -45,6 +45,7 @@ from laketide.airflow.hooks import airflow_config
 from laketide.airflow.operators import close_task
 from laketide.airflow.sensors import PartitionCompletionSensor
 from laketide.airflow.timetables import ReplayHours
+from laketide.airflow.timing import timed
 from laketide.config import get_config
 from laketide.lake.hours import AIRFLOW_KEY_FORMAT
 
@@ -98,6 +99,7 @@ for _stream in _config.streams:
         _name = _stream.name
 
         @task
+        @timed
         def plan(stream: str = _name, **context: Any) -> list[str]:
             from datetime import UTC
 
@@ -127,6 +129,7 @@ for _stream in _config.streams:
         hours >> wait
 
         @task
+        @timed
         def decide_ready(keys: list[str], stream: str = _name) -> list[dict[str, Any]]:
             from laketide.close.closing import decided_prefix
 
@@ -134,6 +137,7 @@ for _stream in _config.streams:
             return [d.to_dict() for d in decided_prefix(config, config.stream(stream), keys)]
 
         @task
+        @timed
         def decide(keys: list[str], last: dict[str, Any], ready: list[dict[str, Any]],
                    stream: str = _name) -> list[dict[str, Any]]:
             from laketide.close.closing import decide_range
@@ -145,6 +149,7 @@ for _stream in _config.streams:
             return [d.to_dict() for d in decisions]
 
         @task(max_active_tis_per_dagrun=4)
+        @timed
         def verify(decision: dict[str, Any], stream: str = _name, **context: Any) -> dict[str, Any]:
             from laketide.close.closing import parse_hour
             from laketide.close.closing import verify as verify_partition
@@ -161,6 +166,7 @@ for _stream in _config.streams:
             return verified.to_dict()
 
         @close_task(outlets=[_asset])
+        @timed
         def close(verified: dict[str, Any], stream: str = _name, asset: Any = _asset,
                   **context: Any) -> dict[str, Any]:
             from laketide.airflow.assets import announce
@@ -176,6 +182,7 @@ for _stream in _config.streams:
         @task(retries=_markers.retries if _markers else 0,
               retry_delay=_markers.retry_delay if _markers else timedelta(minutes=2),
               max_active_tis_per_dagrun=4, map_index_template="{{ closed_hour }}")
+        @timed
         def done_markers(closed: dict[str, Any], stream: str = _name) -> list[str]:
             """The stream's done-markers for a closed (or re-closed) hour: marker file, HTTP POST, callable."""
             from airflow.sdk import get_current_context
@@ -186,6 +193,7 @@ for _stream in _config.streams:
             return run_done_markers(stream, closed)
 
         @task
+        @timed
         def find_reopened(keys: list[str], stream: str = _name, **context: Any) -> list[str]:
             from laketide.close.closing import find_reopened as find
 
@@ -193,6 +201,7 @@ for _stream in _config.streams:
             return find(config, config.stream(stream), context["run_id"], closing=keys)
 
         @close_task(outlets=[_asset])
+        @timed
         def reclose(partition: str, stream: str = _name, asset: Any = _asset, **context: Any) -> dict[str, Any]:
             from laketide.airflow.assets import announce
             from laketide.close.closing import close, parse_hour, verify
@@ -215,6 +224,7 @@ for _stream in _config.streams:
                 done_markers(closed)
 
         @teardown
+        @timed
         def note(stream: str = _name, **context: Any) -> str:
             """The run's note: the hours it closed and the outcome (set through Airflow's REST API)."""
             from laketide.airflow.notes import close_run_note

@@ -36,15 +36,8 @@ if [[ $AIRFLOW__API__PORT != 8080 ]]; then
   export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$((AIRFLOW__API__PORT + 1))}
   export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$((AIRFLOW__API__PORT + 2))}
 fi
-# on a small machine the API server answers slowly while Spark starts: a task that gives up after Airflow's
-# default 5 s fails before it ran (seen at the quickstart's first minutes on two cores)
-export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT=${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-60}
-# sized for a small machine (two cores): Airflow's defaults are for a server. Every setting can be overridden.
-export AIRFLOW__CORE__EXECUTOR=${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}
-export AIRFLOW__CORE__AUTH_MANAGER=${AIRFLOW__CORE__AUTH_MANAGER:-airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager}
-export AIRFLOW__CORE__PARALLELISM=${AIRFLOW__CORE__PARALLELISM:-4}
-export AIRFLOW__API__WORKERS=${AIRFLOW__API__WORKERS:-1}
-export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=${AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES:-1}
+# sized for a small machine (two cores), every setting overridable: scripts/airflow_env.sh
+source "$ROOT/scripts/airflow_env.sh"
 export AIRFLOW_CONN_SPARK_DEFAULT=${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "local[2]"}'}
 # close runs set their run notes through Airflow's REST API as the admin user (connection laketide_airflow_api):
 # the simple auth manager keeps the admin's password in this file, and uses the one it finds there
