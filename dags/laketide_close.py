@@ -217,6 +217,28 @@ for _stream in _config.streams:
             announce(context["outlet_events"], asset, closed)
             return closed.to_dict()
 
+        @task(max_active_tis_per_dagrun=4)
+        @timed
+        def verify_ready(decisions: list[dict[str, Any]], stream: str = _name,
+                         **context: Any) -> list[dict[str, Any]]:
+            """verify, for every hour a range found ready (one task: laketide.close.batches)."""
+            from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+            from laketide.close.batches import failures, verify_batch
+
+            config = airflow_config()
+            result = verify_batch(config, config.stream(stream), decisions, context["run_id"])
+            failed = failures(result)
+            if failed:
+                raise (AirflowException if failed[1] else AirflowFailException)(f"close of {stream}: {failed[0]}")
+            return result["verified"]
+
+        @task_group
+        def close_ready(decisions: list[dict[str, Any]]) -> None:
+            closed = close.expand(verified=verify_ready.override(task_id="verify")(decisions))
+            if _markers:  # noqa: B023 (the group is built in this iteration of the loop)
+                done_markers.expand(closed=closed)
+
         @task_group
         def close_hour(decision: dict[str, Any]) -> None:
             closed = close(verify(decision))
@@ -232,7 +254,7 @@ for _stream in _config.streams:
             return close_run_note(airflow_config(), stream, context)
 
         ready = decide_ready(hours)
-        closing = [close_hour.override(group_id="close_ready").expand(decision=ready),
+        closing = [close_ready(ready),
                    close_hour.expand(decision=decide(hours, wait.output, ready))]
         reclosed = reclose.expand(partition=find_reopened(hours))
         if _markers:
