@@ -17,12 +17,15 @@ SparkSession:
 Each round runs both in rotated order into fresh tables; rows/s = changes / wall seconds; both merged tables must
 equal the fold of the input (checked). Part 2, growth: one batch of ``--batch-keys`` changes merged by the
 merge sink into a merged table of 100k rows and one of ``--big-rows`` rows (alternated, median of
-``--growth-rounds``); the ratio big / small is the figure (target <= 3).
+``--growth-rounds``); the ratio big / small is the figure (target <= 3). Part 3, reads of the big table before
+and after a compaction. With ``--modes``, instead of these parts: the merge modes side by side
+(``bench/upsert_modes.py``).
 
 Run from the repository root::
 
     .venv/bin/python bench/bench_upsert.py                               # defaults: 400,000 changes, 10M rows
     .venv/bin/python bench/bench_upsert.py --changes 40000 --big-rows 1000000 --rounds 1   # a quick look
+    .venv/bin/python bench/bench_upsert.py --modes merge-on-read,copy-on-write --changes 200000 --rounds 2
 """
 
 from __future__ import annotations
@@ -94,15 +97,16 @@ class Bench:
         self.spark, self.config, self.home, self.per_trigger = spark, config, home, per_trigger
         self.cat = config.catalog.name
 
-    def stream(self, tag: str) -> Any:
+    def stream(self, tag: str, mode: str | None = None) -> Any:
         base = self.config.streams[0]
-        upsert = base.upsert.model_copy(update={"table": f"bench.accounts_{tag}"})
+        upsert = base.upsert.model_copy(update={"table": f"bench.accounts_{tag}",
+                                                "merge_mode": mode or base.upsert.merge_mode})
         return base.model_copy(update={
             "name": f"up_{tag}", "table": f"bench.changes_{tag}", "rejects_table": f"bench.rejects_{tag}",
             "writer_id": f"bench-{tag}", "checkpoint_path": self.home / "checkpoints" / tag, "upsert": upsert})
 
-    def laketide(self, tag: str, landing_path: Path) -> float:
-        stream = self.stream(tag).model_copy(update={"landing_path": landing_path})
+    def laketide(self, tag: str, landing_path: Path, mode: str | None = None) -> float:
+        stream = self.stream(tag, mode).model_copy(update={"landing_path": landing_path})
         tables.ensure_tables(self.spark, self.config, stream)
         merge_sink.ensure_upsert_tables(self.spark, self.config, stream)
         started = time.monotonic()
@@ -222,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-keys", type=int, default=10_000)
     parser.add_argument("--growth-rounds", type=int, default=3)
     parser.add_argument("--read-repeats", type=int, default=3, help="times each read is run, before and after")
+    parser.add_argument("--modes", default=None, help="instead of parts 1-3: these merge modes side by side, "
+                        "e.g. merge-on-read,copy-on-write (bench/upsert_modes.py)")
+    parser.add_argument("--mode-rows", default="1000000,10000000", help="with --modes: the merged tables' sizes")
+    parser.add_argument("--mode-batches", type=int, default=3, help="with --modes: batches merged before the reads")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -235,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         home, table="bench.changes", rejects_table="bench.rejects", event_time_field="changed_at",
         event_id_field="change_id", fields=FIELDS, max_files_per_trigger=args.files_per_trigger,
         upsert={"table": "bench.accounts", "primary_key": ["account_id"], "sequence_field": "version",
-                "operation_field": "op"}))
+                "operation_field": "op",
+                "tombstone_retention": "3650d"}))  # the input's change times are fixed: never "too late"
     config = config.model_copy(update={"spark": config.spark.model_copy(update={"conf": {
         **config.spark.conf, "spark.ui.showConsoleProgress": "false"}})})
     input_path = home / "input"
@@ -249,6 +258,16 @@ def main(argv: list[str] | None = None) -> int:
           f"maxFilesPerTrigger {args.files_per_trigger}, {args.rounds} round(s); work in {home}", flush=True)
     warm = home / "warmup"
     generate(warm, 4000, 1000, 2, seed=9)
+    if args.modes:
+        from bench.upsert_modes import run as run_modes
+
+        for mode in args.modes.split(","):  # JIT and class loading, paid before anything is timed
+            bench.laketide(f"warm_{mode.strip().split('-')[0]}", warm, mode.strip())
+        figures = run_modes(bench, input_path, expected, args)
+        spark.stop()
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1))
+        return 0
     for pipeline in ("laketide", "merge"):  # JIT and class loading, paid before anything is timed
         bench.laketide("warm_l", warm) if pipeline == "laketide" else bench.merge("warm_m", warm)
     seconds: dict[str, list[float]] = {"laketide": [], "merge": []}
