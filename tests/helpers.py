@@ -42,8 +42,10 @@ ACCOUNT_FIELDS = {
     "balance": {"type": "long"},
     "status": {"type": "string"},
 }
+#: the tests' changes carry fixed change times (days before the day the suite runs): a retention far longer than
+#: that, so that no change is refused as older than a delete's tombstone could be (tests of the rule set their own)
 ACCOUNT_UPSERT = {"table": "lake.accounts", "primary_key": ["account_id"], "sequence_field": "version",
-                  "operation_field": "op"}
+                  "operation_field": "op", "tombstone_retention": "3650d"}
 
 
 def write_config(home: Path, catalog_name: str = "laketide", java_options: str | None = None,

@@ -12,7 +12,9 @@ from laketide.config.values import _Strict, as_written, check_table_name, parse_
 #: remove_orphan_files refuses an age below this (Iceberg #4194: a short age deleted files of commits in flight;
 #: Iceberg's Spark procedure refuses less than 24 hours too). There is no override: a test ages its files instead.
 ORPHAN_AGE_FLOOR = timedelta(days=1)
-MAINTENANCE_ACTIONS = ("rewrite_data_files", "rewrite_manifests", "expire_snapshots", "remove_orphan_files")
+#: in the order a run takes them (expire_tombstones: an upsert stream's tombstones table only, before its compaction)
+MAINTENANCE_ACTIONS = ("expire_tombstones", "rewrite_data_files", "rewrite_manifests", "expire_snapshots",
+                       "remove_orphan_files")
 
 
 class TablePolicy(_Strict):

@@ -53,6 +53,11 @@ class Parsed:
         self.fits = fits(raw, stream)
         future = stream.max_future // timedelta(microseconds=1)
         self.latest = F.timestamp_micros(F.unix_micros(landed_at) + future)
+        # an upsert stream's change older than its landing time - tombstone_retention: a delete of its key may have
+        # expired (laketide.maintain.tombstones), so the change is refused rather than merged
+        retention = stream.upsert.tombstone_retention if stream.upsert is not None else None
+        self.earliest = None if retention is None else F.timestamp_micros(
+            F.unix_micros(landed_at) - retention // timedelta(microseconds=1))
         self._fields = {name: self._field(name, spec.type) for name, spec in stream.fields.items()}
 
     def _field(self, name: str, kind: str) -> Column:
@@ -119,11 +124,13 @@ class Parsed:
         return self.raw.cast("binary") != F.encode(self.raw, "UTF-8")
 
     def time_in_range(self) -> Column:
-        """The event time lies in ``[min_event_time, latest]``."""
+        """The event time lies in ``[min_event_time, latest]`` (and, for an upsert stream, at or after ``earliest``)."""
         from pyspark.sql import functions as F
 
         event_time = self.field(self.stream.event_time_field)
-        return (event_time >= F.lit(datetime.fromisoformat(self.stream.min_event_time))) & (event_time <= self.latest)
+        low = F.lit(datetime.fromisoformat(self.stream.min_event_time))
+        in_range = (event_time >= low) & (event_time <= self.latest)
+        return in_range if self.earliest is None else in_range & (event_time >= self.earliest)
 
     def unreadable(self, name: str) -> Column:
         """Field ``name`` was read as null, yet the line holds a non-null value for it: a value of the wrong
@@ -222,6 +229,12 @@ class Parsed:
                     F.lit("'"), k, F.lit("'"))), ", "),
                 F.lit(": not in the stream's fields (add them to fields, or set unknown_fields to ignore or keep)"))))
         low = datetime.fromisoformat(stream.min_event_time)
+        if self.earliest is not None and stream.upsert is not None:
+            checks.append(F.when(self.field(stream.event_time_field) < self.earliest, F.concat(
+                F.lit("change time "), F.date_format(self.field(stream.event_time_field), "yyyy-MM-dd'T'HH:mm:ssXXX"),
+                F.lit(f" is more than upsert.tombstone_retention ({human(stream.upsert.tombstone_retention)}) before "
+                      "its file landed: a delete of its key may have expired, so a change this late is refused (a "
+                      "longer tombstone_retention takes it)"))))
         checks.append(
             F.when(
                 ~self.time_in_range(),

@@ -355,17 +355,19 @@ def due_after_close(config: LaketideConfig) -> dict[str, int]:
 
 
 #: the actions of the daily maintenance run
-DAILY_ACTIONS = ("expire_snapshots", "remove_orphan_files")
+DAILY_ACTIONS = ("expire_tombstones", "expire_snapshots", "remove_orphan_files")
 
 
 def due_daily(config: LaketideConfig, now: datetime | None = None) -> dict[str, list[str]]:
     """The daily actions each table is due for, from metadata only: ``expire_snapshots`` when it holds more than
     ``min_snapshots`` snapshots and one is older than its ``snapshot_retention``; ``remove_orphan_files`` when its
     oldest snapshot is older than its ``orphan_age`` (a younger table holds no file that old, so no orphan the
-    action may remove). A fresh installation is due for nothing: no Spark application starts beside the writer's
-    first batches."""
+    action may remove); ``expire_tombstones`` when an upsert stream's tombstones table holds tombstones recorded
+    before its expiry cutoff (``maintain.tombstones``). A fresh installation is due for nothing: no Spark
+    application starts beside the writer's first batches."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+    from laketide.maintain import tombstones
     from laketide.maintain.plan import targets
 
     now = now or datetime.now(UTC)
@@ -387,6 +389,9 @@ def due_daily(config: LaketideConfig, now: datetime | None = None) -> dict[str, 
             actions.append("expire_snapshots")
         if "remove_orphan_files" in policy.actions and oldest < now - policy.orphan_age:
             actions.append("remove_orphan_files")
+        if (target.kind == "tombstones" and "expire_tombstones" in policy.actions and target.stream is not None
+                and tombstones.due(catalog, target.stream, now)):
+            actions.insert(0, "expire_tombstones")
         if actions:
             due[target.table] = actions
     return due

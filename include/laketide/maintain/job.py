@@ -3,6 +3,8 @@
 For each table of the request, one at a time, under a per-table lease (at most one maintenance run per table,
 whatever DAG started it), in this order, each action recorded (``laketide.maintain.record``):
 
+0. ``expire_tombstones`` (an upsert stream's tombstones table only): the tombstones no change still to come can
+   be older than (``laketide.maintain.tombstones``) deleted.
 1. ``rewrite_data_files``: binpack to ``target_file_size``; for a stream's events and rejects tables only the
    **closed** hours (newest status ``closed``) that hold at least ``min_input_files`` files, so the writer's
    open hours are never rewritten. Its commit is a replace snapshot that the writer builds on.
@@ -32,7 +34,7 @@ from laketide.lake.catalog import COMMIT_RETRY_PROPERTIES, load_catalog
 from laketide.lake.hours import hours_filter, partition_key, timestamp_literal
 from laketide.lake.internals import reopen_sqlite_connections
 from laketide.lake.lease import MAINTENANCE_PREFIX, WriterLease, engine_for
-from laketide.maintain import plan
+from laketide.maintain import plan, tombstones
 from laketide.maintain.health import TableStats, file_counts, snaps, table_stats
 from laketide.maintain.record import BUSY, MaintenanceRecord, record
 
@@ -67,7 +69,8 @@ class Maintainer:
         out: list[MaintenanceRecord] = []
         for name in request.tables:
             target = by_name[name]
-            actions = request.actions_for(self.config.maintenance.policy(name))
+            actions = [a for a in request.actions_for(self.config.maintenance.policy(name))
+                       if a != "expire_tombstones" or target.kind == "tombstones"]
             if actions:
                 out += self.table(target, actions, request.dry_run)
         return out
@@ -270,6 +273,24 @@ class Maintainer:
         self._after(rec, target.table)
         rec.detail = (f"{result.get('rewritten_manifests_count')} manifests rewritten into "
                       f"{result.get('added_manifests_count')}")
+
+    def expire_tombstones(self, target: plan.Target, policy: TablePolicy, rec: MaintenanceRecord) -> None:
+        """An upsert stream's tombstones that can stop no change any more deleted (``maintain.tombstones``)."""
+        assert target.stream is not None
+        self._before(rec, self._load(target.table))
+        found = tombstones.cutoff(self.catalog, target.stream, self.now())
+        if found.at is None:
+            rec.outcome, rec.detail = "skipped", found.why
+            return
+        name, micros = self._qualified(target.table), int(found.at.timestamp() * 1_000_000)
+        where = f"recorded_at < timestamp_micros({micros})"
+        expired = int(self.spark.sql(f"SELECT count(*) FROM {name} WHERE {where}").first()[0])  # type: ignore[index]
+        rec.detail = f"{expired} tombstone(s) expired: {found.why}"
+        if not expired:
+            rec.outcome = "skipped"
+        elif not rec.dry_run:
+            self.spark.sql(f"DELETE FROM {name} WHERE {where}")
+            self._after(rec, target.table)
 
     def expire_snapshots(self, target: plan.Target, policy: TablePolicy, rec: MaintenanceRecord) -> None:
         table = self._load(target.table)
