@@ -24,6 +24,7 @@ def test_a_partition_event_is_the_status_dict_and_round_trips_through_json() -> 
     event = PartitionEvent.from_status(_status(State.COMPLETE))
     wire = event.to_dict()
     assert wire == _status(State.COMPLETE).to_dict()  # the keys sent since the first release, no "timeout"
+    assert wire["snapshot_id"] == "12"  # a string, as every snapshot id laketide hands out as JSON
     back = PartitionEvent.from_dict(json.loads(json.dumps(wire)))
     assert back == event and back.decided and back.state is State.COMPLETE and back.rows == 7
 
@@ -39,7 +40,7 @@ def test_the_verified_partition_and_the_close_record_round_trip(tmp_path: Path) 
                                 pending_files=0, snapshot_id=42, failures=[], results_path=tmp_path / "r.json")
     verified = verified_partition(verification)
     assert verified.to_dict() == {"partition": KEY, "audit": 10, "lake": 8, "rejects": 2, "duplicates": 0,
-                                  "snapshot_id": 42, "results": str(tmp_path / "r.json")}
+                                  "snapshot_id": "42", "results": str(tmp_path / "r.json")}
     assert VerifiedPartition.from_dict(json.loads(json.dumps(verified.to_dict()))) == verified
 
     at = datetime(2026, 11, 22, 4, 12, 5, tzinfo=UTC)

@@ -91,11 +91,12 @@ class PartitionStatus:
         return self.state in (State.COMPLETE, State.EMPTY, State.GAP)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly (XCom, trigger events)."""
+        """JSON-friendly (XCom, trigger events); the snapshot id a string (JavaScript rounds integers above 2^53)."""
         return {
             "stream": self.stream, "partition": partition_key(self.partition), "state": self.state.value,
             "reason": self.reason, "rows": self.rows, "watermark": self.watermark,
-            "snapshot_id": self.snapshot_id, "checked_at": self.checked_at.isoformat(),
+            "snapshot_id": None if self.snapshot_id is None else str(self.snapshot_id),
+            "checked_at": self.checked_at.isoformat(),
         }
 
 

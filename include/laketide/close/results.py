@@ -63,10 +63,11 @@ class PartitionEvent:
         return self.state in (State.COMPLETE, State.EMPTY, State.GAP)
 
     def to_dict(self) -> dict[str, Any]:
-        """The trigger event's payload and the sensor's XCom (``timeout`` only when set)."""
+        """The trigger event's payload and the sensor's XCom (``timeout`` only when set; the snapshot id a string:
+        Airflow's UI shows XComs in JavaScript, which rounds integers above 2^53)."""
         out: dict[str, Any] = {
             "stream": self.stream, "partition": self.partition, "state": self.state.value, "reason": self.reason,
-            "rows": self.rows, "watermark": self.watermark, "snapshot_id": self.snapshot_id,
+            "rows": self.rows, "watermark": self.watermark, "snapshot_id": _id(self.snapshot_id),
             "checked_at": self.checked_at,
         }
         if self.timeout:
@@ -78,7 +79,7 @@ class PartitionEvent:
         return cls(
             stream=str(data["stream"]), partition=str(data["partition"]), state=State(data["state"]),
             reason=str(data.get("reason") or ""), rows=int(data.get("rows") or 0), watermark=data.get("watermark"),
-            snapshot_id=data.get("snapshot_id"), checked_at=str(data.get("checked_at") or ""),
+            snapshot_id=_int(data.get("snapshot_id")), checked_at=str(data.get("checked_at") or ""),
             timeout=bool(data.get("timeout", False)),
         )
 
@@ -103,14 +104,14 @@ class VerifiedPartition:
         return balance(self.audit, self.lake, self.rejects, self.duplicates)
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``verify`` task's XCom."""
+        """The ``verify`` task's XCom (the snapshot id a string, as in every JSON laketide hands out)."""
         return {"partition": self.partition, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
-                "duplicates": self.duplicates, "snapshot_id": self.snapshot_id, "results": self.results}
+                "duplicates": self.duplicates, "snapshot_id": _id(self.snapshot_id), "results": self.results}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifiedPartition:
         return cls(str(data["partition"]), int(data["audit"]), int(data["lake"]), int(data["rejects"]),
-                   data.get("snapshot_id"), str(data["results"]), int(data.get("duplicates") or 0))
+                   _int(data.get("snapshot_id")), str(data["results"]), int(data.get("duplicates") or 0))
 
 
 @dataclass(frozen=True)
@@ -162,13 +163,17 @@ class ClosedPartition:
     def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
         """Also an extra of an event emitted before ``audit``, ``closed_at``, ``reclose`` and ``duplicates_removed``
         were added, or with the snapshot id as a JSON number."""
-        snapshot = data.get("snapshot_id")
         previous = (data.get("snapshot_range") or {}).get("from")
         return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
-                   int(data["rejects"]), None if snapshot is None else int(snapshot), int(data.get("audit") or 0),
+                   int(data["rejects"]), _int(data.get("snapshot_id")), int(data.get("audit") or 0),
                    str(data.get("closed_at") or ""), bool(data.get("reclose", False)),
-                   int(data.get("duplicates_removed") or 0), None if previous is None else int(previous))
+                   int(data.get("duplicates_removed") or 0), _int(previous))
 
 
 def _id(snapshot_id: int | None) -> str | None:
     return None if snapshot_id is None else str(snapshot_id)
+
+
+def _int(snapshot_id: object) -> int | None:
+    """A snapshot id read back from JSON: a string of digits, or a number (records written before ids were strings)."""
+    return None if snapshot_id is None else int(str(snapshot_id))
