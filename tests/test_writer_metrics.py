@@ -63,6 +63,14 @@ def test_the_metrics_page_over_http(tmp_path: Path) -> None:
     assert 'laketide_rejects_committed_total{stream="pa",group="g"} 20' in lines
     assert 'laketide_batch_seconds_total{stream="pa",group="g"} 4.000' in lines
     assert 'laketide_last_batch_seconds{stream="pa",group="g"} 1.500' in lines
+    # the duration histogram: 1.5 s and 2.5 s, in the buckets up to 2 s and up to 5 s
+    assert "# TYPE laketide_batch_duration_seconds histogram" in lines
+    histogram = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in lines
+                 if line.startswith("laketide_batch_duration_seconds") and 'stream="pa"' in line}
+    assert [histogram[f'laketide_batch_duration_seconds_bucket{{stream="pa",group="g",le="{le}"}}']
+            for le in ("1", "2", "5", "300", "+Inf")] == ["0", "1", "2", "2", "2"]
+    assert histogram['laketide_batch_duration_seconds_sum{stream="pa",group="g"}'] == "4.000"
+    assert histogram['laketide_batch_duration_seconds_count{stream="pa",group="g"}'] == "2"
     # a batch that moved no watermark keeps the last one
     assert 'laketide_watermark_timestamp_seconds{stream="pa",group="g"} 1795319999.000' in lines
     (last,) = [line for line in lines if line.startswith('laketide_last_commit_timestamp_seconds{stream="pa"')]

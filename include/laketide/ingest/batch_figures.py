@@ -12,7 +12,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from bisect import bisect_left
 from datetime import datetime
+
+#: upper bounds (seconds) of the batch-duration histogram's buckets (``le``), +Inf beside them
+BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +30,16 @@ class Committed:
     last_seconds: float | None = None  # the last batch's duration
     last_commit: float | None = None  # when the last batch committed (epoch seconds)
     watermark: float | None = None  # the stream's watermark after it (epoch seconds)
+    #: batches per bucket of BUCKETS (not cumulative; longer ones counted in ``batches`` only)
+    durations: tuple[int, ...] = (0,) * len(BUCKETS)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """The histogram's buckets as Prometheus writes them: ``(le, batches that took at most le)``, +Inf last."""
+        out, seen = [], 0
+        for bound, count in zip(BUCKETS, self.durations, strict=True):
+            seen += count
+            out.append((f"{bound:g}", seen))
+        return [*out, ("+Inf", self.batches)]
 
 
 _FIGURES: dict[str, Committed] = {}
@@ -38,10 +52,12 @@ def record(stream: str, valid: int, rejected: int, seconds: float, watermark: st
     mark = datetime.fromisoformat(watermark).timestamp() if watermark else None
     with _LOCK:
         before = _FIGURES.get(stream, Committed())
+        bucket = bisect_left(BUCKETS, seconds)
+        durations = tuple(n + (i == bucket) for i, n in enumerate(before.durations))
         _FIGURES[stream] = Committed(
             batches=before.batches + 1, rows=before.rows + valid, rejects=before.rejects + rejected,
             seconds=before.seconds + seconds, last_seconds=seconds, last_commit=time.time(),
-            watermark=mark if mark is not None else before.watermark,
+            watermark=mark if mark is not None else before.watermark, durations=durations,
         )
 
 

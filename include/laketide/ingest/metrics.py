@@ -108,6 +108,13 @@ def _committed(writers: Sequence[Writer], group: str) -> list[str]:
             if v is not None:
                 shown = f"{v:.3f}" if isinstance(v, float) else str(v)
                 lines.append(f'{name}{{stream="{stream}",group="{group}"}} {shown}')
+    name = "laketide_batch_duration_seconds"
+    lines += [f"# HELP {name} committed micro-batches by duration, by this writer application",
+              f"# TYPE {name} histogram"]
+    for stream, committed in figures.items():
+        labels = f'stream="{stream}",group="{group}"'
+        lines += [f'{name}_bucket{{{labels},le="{le}"}} {n}' for le, n in committed.cumulative()]
+        lines += [f"{name}_sum{{{labels}}} {committed.seconds:.3f}", f"{name}_count{{{labels}}} {committed.batches}"]
     return lines
 
 
