@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=None, help="instead of parts 1-3: these merge modes side by side, "
                         "e.g. merge-on-read,copy-on-write (bench/upsert_modes.py)")
     parser.add_argument("--mode-rows", default="1000000,10000000", help="with --modes: the merged tables' sizes")
+    parser.add_argument("--mode-writer", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --modes: the writer's part (--no-mode-writer: the merged tables' part only)")
     parser.add_argument("--mode-batches", type=int, default=3, help="with --modes: batches merged before the reads")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)

@@ -19,6 +19,7 @@ round), before any compaction:
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from datetime import UTC, datetime
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 MODES = ("merge-on-read", "copy-on-write")
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
 LOOKUP = "acct-00001234"
+
+
+def load() -> str:
+    """The load averages (1, 5, 15 minutes), as ``uptime`` shows them: the machine may be shared."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def stream_of(bench: Any, tag: str, mode: str) -> Any:
@@ -131,7 +137,7 @@ def run(bench: Any, input_path: Path, expected: dict[str, int], args: Any) -> di
         raise SystemExit(f"--modes: {sorted(unknown)} not one of {list(MODES)}")
     sizes = [int(s) for s in args.mode_rows.split(",") if s.strip()]
     out: dict[str, Any] = {"writer": {m: [] for m in modes}, "tables": {}}
-    for i in range(args.rounds):
+    for i in range(args.rounds if args.mode_writer else 0):
         for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
             tag = f"{mode.split('-')[0]}_{i}"
             took = bench.laketide(tag, input_path, mode)
@@ -140,7 +146,8 @@ def run(bench: Any, input_path: Path, expected: dict[str, int], args: Any) -> di
             if wrong:
                 raise AssertionError(f"{mode} round {i + 1}: {wrong} key(s) differ from the fold of the input")
             out["writer"][mode].append(took)
-            print(f"  r{i + 1} writer {mode:13} {took:7.1f}s {args.changes / took:10,.0f} changes/s", flush=True)
+            print(f"  r{i + 1} writer {mode:13} {took:7.1f}s {args.changes / took:10,.0f} changes/s (load "
+                  f"{load()})", flush=True)
     for rows in sizes:
         started = time.monotonic()
         name, base = base_table(bench, rows)
@@ -156,7 +163,7 @@ def run(bench: Any, input_path: Path, expected: dict[str, int], args: Any) -> di
                 print(f"  r{i + 1} {rows:,} rows {mode:13} batches "
                       + ", ".join(f"{s:.2f}" for s in got["batches_s"])
                       + f"s; then {got['data_files']} data / {got['delete_files']} delete file(s), scan "
-                      f"{got['reads']['scan']:.2f}s, lookup {got['reads']['lookup']:.2f}s", flush=True)
+                      f"{got['reads']['scan']:.2f}s, lookup {got['reads']['lookup']:.2f}s (load {load()})", flush=True)
         out["tables"][rows] = table
     summary(out, modes, args)
     return out
@@ -166,7 +173,7 @@ def summary(out: dict[str, Any], modes: list[str], args: Any) -> None:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
-    for mode in modes:
+    for mode in modes if out["writer"][modes[0]] else ():
         print(f"{mode}: writer {args.changes / med(out['writer'][mode]):,.0f} changes/s (median of "
               f"{len(out['writer'][mode])})", flush=True)
     for rows, table in out["tables"].items():
@@ -178,8 +185,9 @@ def summary(out: dict[str, Any], modes: list[str], args: Any) -> None:
                   f"{med([r['reads']['lookup'] for r in runs]):.2f}s (median)", flush=True)
     if set(MODES) <= set(modes):
         mor, cow = MODES
-        print(f"copy-on-write / merge-on-read: writer time {med(out['writer'][cow]) / med(out['writer'][mor]):.2f}x",
-              flush=True)
+        print("copy-on-write / merge-on-read, times:", flush=True)
+        if out["writer"][mor]:
+            print(f"  writer {med(out['writer'][cow]) / med(out['writer'][mor]):.2f}x", flush=True)
         for rows, table in out["tables"].items():
             def ratio(pick: Any, t: dict[str, Any] = table) -> float:
                 return med([pick(r) for r in t[cow]]) / med([pick(r) for r in t[mor]])
