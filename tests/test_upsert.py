@@ -335,6 +335,66 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: P
     assert "batch 1 already committed" in text and "merged into lake.accounts" in text
 
 
+def test_tombstones_expire_once_no_change_still_to_come_can_be_older(spark: Any, tmp_path: Path) -> None:
+    """``tombstone_retention``: a change more than the retention older than its file's landing is refused, naming
+    the rule. The daily maintenance finds the tombstones due only once no change still to come can be older than
+    them (not while an older landing file waits), a dry run counts them, the run deletes them; a late older change
+    of the deleted key after that is refused, not merged: the merged table stays the fold of what was taken."""
+    from laketide.maintain import plan as maintain_plan
+    from laketide.maintain.health import due_daily
+    from laketide.maintain.job import Maintainer
+
+    config_path = upsert_config(tmp_path, upsert={**UPSERT, "tombstone_retention": "1h"}, max_future="10m")
+    config = load(config_path)
+    stream = config.stream("clicks")
+    landing = Landing(stream.landing_path)
+    now = datetime.now(UTC)
+    hour, minute = now.replace(minute=0, second=0, microsecond=0), now.minute
+    taken = [change("x", 1, "c", 10, minute=minute, hour=hour), change("y", 1, "c", 20, minute=minute, hour=hour)]
+    landing.land(taken, hour=hour)
+    landing.land([change("old", 1, "c", 5, minute=minute, hour=hour - timedelta(hours=2))],
+                 hour=hour - timedelta(hours=2))
+    landing.land([change("x", 2, "d", minute=minute, hour=hour)], hour=hour)
+    taken.append(landing.changes[-1])
+    ingest(spark, config_path)
+    catalog = load_catalog(config.catalog)
+    reasons = catalog.load_table("lake.account_changes_rejects").scan().to_arrow().column("reason").to_pylist()
+    assert len(reasons) == 1 and "is more than upsert.tombstone_retention (1h) before its file landed" in reasons[0]
+    assert merged(config_path) == fold(taken) == {"y": (1, 20, None)}
+    tombs = "lake.accounts__tombstones"
+    assert catalog.load_table(tombs).scan().to_arrow().num_rows == 1
+
+    later = now + timedelta(hours=3)
+    assert "expire_tombstones" not in due_daily(config, now).get(tombs, [])  # just recorded: kept
+    # a file that landed 5 hours ago and waits: a change of it may be as old as that - 1h, so nothing expires
+    then = now - timedelta(hours=5)
+    z_hour = then.replace(minute=0, second=0, microsecond=0)
+    landing.land([change("z", 1, "c", 1, minute=then.minute, hour=z_hour)], hour=z_hour)
+    taken.append(landing.changes[-1])
+    waiting = sorted((Path(stream.landing_path) / "data").iterdir(), key=lambda p: p.stat().st_mtime)[-1]
+    os.utime(waiting, (then.timestamp(),) * 2)
+    assert "expire_tombstones" not in due_daily(config, later).get(tombs, [])
+    ingest(spark, config_path)
+    assert "expire_tombstones" in due_daily(config, later)[tombs]
+    request = maintain_plan.validate_request(config, tombs, "expire_tombstones", True)
+    (dry,) = Maintainer(config, spark, "tombstones-dry", now=lambda: later).run(request)
+    assert dry.outcome == "dry_run" and dry.detail.startswith("1 tombstone(s) expired: recorded before"), dry
+    assert catalog.load_table(tombs).scan().to_arrow().num_rows == 1
+    request = maintain_plan.validate_request(config, tombs, "expire_tombstones", False)
+    (done,) = Maintainer(config, spark, "tombstones", now=lambda: later).run(request)
+    assert done.outcome == "ok", done
+    assert load_catalog(config.catalog).load_table(tombs).scan().to_arrow().num_rows == 0
+
+    # three hours later, x's older change arrives: refused by the same rule the expiry relied on
+    landing.land([change("x", 1, "u", 99, minute=minute, hour=hour, cid="x-late")], hour=hour)
+    late = sorted((Path(stream.landing_path) / "data").iterdir(), key=lambda p: p.stat().st_mtime)[-1]
+    os.utime(late, (later.timestamp(),) * 2)
+    ingest(spark, config_path)
+    assert merged(config_path) == fold(taken) == {"y": (1, 20, None), "z": (1, 1, None)}
+    rejects = load_catalog(config.catalog).load_table("lake.account_changes_rejects").scan().to_arrow()
+    assert rejects.num_rows == 2 and any("x-late" in raw for raw in rejects.column("raw").to_pylist())
+
+
 def wait_until_found(folder: Path, pattern: str, writer: subprocess.Popen[bytes], timeout: float = 300) -> Path:
     """The first file matching ``pattern`` in ``folder``, waited for while ``writer`` runs."""
     deadline = time.monotonic() + timeout
