@@ -11,7 +11,8 @@ manual run with neither closes the last hour that ended before its logical date.
 1. **plan**: the hours of the run (a range: whole UTC hours, start before end, end not in the future, at most
    `close.max_range_hours` hours; a bad range or partition key fails here and changes nothing).
 2. **decide_ready** (a range): the hours decided already, from the first one on (complete or empty), close at
-   once in **close_ready** (as close_hour below) while the rest of the range waits.
+   once in **close_ready** while the rest of the range waits: one task verifies them all (a task process each
+   would cost more than the work), then each is closed (and announced, its done-markers fired) as below.
 3. **wait_for_partition**: a deferrable sensor decides the last of the hours from metadata alone (in the
    triggerer): *complete*, *empty* (a real quiet hour), *lagging* (landed files of the hour or earlier are not
    committed yet: keep waiting) or a *gap* (a live stream stalled: the task fails and the alert callback runs;
