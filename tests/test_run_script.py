@@ -181,7 +181,7 @@ def test_real_airflow_and_spark_writer_stop_on_ctrl_c(tmp_path: Path) -> None:
     runner, in a session of its own) and the producers, all gone after Ctrl-C, none of them killed."""
     port = free_port()
     proc = launch(tmp_path, port, LAKETIDE__SPARK__JARS_DIR=str(REPO_ROOT / ".laketide" / "jars"),
-                  LAKETIDE_STOP_GRACE="45")
+                  LAKETIDE_STOP_GRACE="60")
     try:
         read_until(proc, "laketide is running", 420)
 
