@@ -268,7 +268,8 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
 @pytest.mark.slow
 def test_copy_on_write_merges_the_fold_without_delete_files(spark: Any, tmp_path: Path) -> None:
     """``merge_mode: copy-on-write``: the merged table's properties say it, a merge rewrites the data files holding
-    the rows it changes (no delete file), and the table is the fold of every change as under merge-on-read."""
+    the rows it changes (no delete file), and the table is the fold of every change as under merge-on-read. Set back
+    to merge-on-read, the existing table follows."""
     config_path = upsert_config(tmp_path, upsert={**UPSERT, "merge_mode": "copy-on-write"})
     config = load(config_path)
     landing = Landing(config.stream("clicks").landing_path)
@@ -283,6 +284,14 @@ def test_copy_on_write_merges_the_fold_without_delete_files(spark: Any, tmp_path
     table = load_catalog(config.catalog).load_table("lake.accounts")
     assert {table.properties[f"write.{op}.mode"] for op in ("merge", "update", "delete")} == {"copy-on-write"}
     assert table.inspect.files().column("content").to_pylist().count(1) == 0  # no position delete file
+    # back to merge-on-read: the existing table follows the configuration, the next update writes a delete file
+    upsert_config(tmp_path, catalog=config.catalog.name, upsert=UPSERT)
+    landing.land([change("c", 2, "u", 32)])
+    ingest(spark, config_path)
+    table = load_catalog(config.catalog).load_table("lake.accounts")
+    assert {table.properties[f"write.{op}.mode"] for op in ("merge", "update", "delete")} == {"merge-on-read"}
+    assert table.inspect.files().column("content").to_pylist().count(1) == 1
+    assert merged(config_path) == fold(landing.changes)
 
 
 @pytest.mark.slow

@@ -141,8 +141,16 @@ def ensure_upsert_tables(spark: SparkSession, config: LaketideConfig, stream: St
         props = ", ".join(f"'{k}'='{v}'" for k, v in merged_properties(upsert).items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {cat}.{name} ({', '.join(ddl)}) USING iceberg "
                   f"TBLPROPERTIES ({props})")
-        if not list(iceberg_table(spark, f"{cat}.{name}").schema().identifierFieldNames()):
+        table = iceberg_table(spark, f"{cat}.{name}")
+        if not list(table.schema().identifierFieldNames()):
             spark.sql(f"ALTER TABLE {cat}.{name} SET IDENTIFIER FIELDS {keys}")
+        # a changed merge_mode (or any other of these properties) applies to a table that exists already
+        stale = {k: v for k, v in merged_properties(upsert).items()
+                 if k != "format-version" and table.properties().get(k) != v}
+        if stale:
+            changed = ", ".join(f"'{k}'='{v}'" for k, v in stale.items())
+            spark.sql(f"ALTER TABLE {cat}.{name} SET TBLPROPERTIES ({changed})")
+            log.info("table %s: properties set to %s", name, stale)
         follow_fields(spark, f"{cat}.{name}", wanted)
 
 
