@@ -31,7 +31,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -46,26 +45,12 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.bench_quickstart import free_port  # noqa: E402
 from tests.helpers import run_writer, write_config  # noqa: E402
 
 DAG_ID = "laketide_close_clicks"
 START = datetime(2012, 3, 5, 0, tzinfo=UTC)
 WORK = re.compile(r"laketide work ([0-9.]+) s")
-
-
-def free_port() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port < 65000 and all(_free(port + i) for i in (1, 2)):
-            return port
-    raise SystemExit("no free port")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def build_lake(home: Path, hours: int, events: int) -> Path:
