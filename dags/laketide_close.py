@@ -42,8 +42,8 @@ from airflow.sdk import DAG, CronPartitionTimetable, Param, task, task_group, te
 
 from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.callbacks import alert
+from laketide.airflow.close_task import close_task
 from laketide.airflow.hooks import airflow_config
-from laketide.airflow.operators import close_task
 from laketide.airflow.sensors import PartitionCompletionSensor
 from laketide.airflow.timetables import ReplayHours
 from laketide.airflow.timing import timed

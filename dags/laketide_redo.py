@@ -36,8 +36,9 @@ from airflow.sdk import DAG, Param, task
 
 from laketide.airflow.assets import closed_partitions_asset
 from laketide.airflow.callbacks import alert
+from laketide.airflow.close_task import close_task
 from laketide.airflow.hooks import airflow_config
-from laketide.airflow.operators import FATAL_EXIT_CODES, LaketideSparkSubmitOperator, close_task
+from laketide.airflow.operators import FATAL_EXIT_CODES, LaketideSparkSubmitOperator
 from laketide.config import get_config
 
 _config = get_config()

@@ -5,19 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
 
 from laketide.airflow.hooks import LaketideCatalogHook
 from laketide.config import REPO_ROOT
 from laketide.lake.spark import package_zip
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from airflow.sdk.bases.decorator import TaskDecorator
 
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
 #: exit codes of laketide Spark jobs that a retry cannot fix
@@ -126,49 +120,6 @@ class LaketideSparkSubmitOperator(SparkSubmitOperator):
         except AirflowNotFoundException:
             return "yarn", self.given_deploy_mode
         return connection_master(conn), self.given_deploy_mode or conn.extra_dejson.get("deploy-mode")
-
-
-class CloseTaskOperator(_PythonDecoratedOperator):
-    """The operator of an ``@close_task``: a ``@task`` that closes an hour and returns its close record
-    (:meth:`laketide.close.results.ClosedPartition.to_dict`), from which it reports its OpenLineage datasets when
-    it ends (:func:`laketide.airflow.lineage.close_lineage`)."""
-
-    custom_operator_name = "@close_task"
-
-    def execute(self, context: Any) -> Any:
-        from laketide.airflow.hooks import airflow_config
-
-        #: the close record and the configuration, read by the lineage method after the task ran (in this process
-        #: or a fork of it: the configuration is resolved here, where the catalog connection can be looked up)
-        self.close_record = super().execute(context)
-        self.lineage_config = airflow_config() if lineage_enabled() else None
-        return self.close_record
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        from airflow.providers.openlineage.extractors import OperatorLineage
-
-        from laketide.airflow.lineage import close_lineage
-
-        record, config = getattr(self, "close_record", None), getattr(self, "lineage_config", None)
-        return close_lineage(config, record) if isinstance(record, dict) and config else OperatorLineage()
-
-
-def lineage_enabled() -> bool:
-    """Whether Airflow's OpenLineage provider is installed and configured (a transport set, not disabled)."""
-    try:
-        from airflow.providers.openlineage.conf import is_disabled
-    except ImportError:
-        return False
-    return not is_disabled()
-
-
-def close_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
-    """``@task`` for a task that closes an hour and returns its close record: the same arguments, and the close's
-    OpenLineage datasets (the hour verified, its counts) when lineage is configured."""
-    from airflow.sdk.bases.decorator import task_decorator_factory
-
-    return task_decorator_factory(python_callable=python_callable, decorated_operator_class=CloseTaskOperator,
-                                  **kwargs)
 
 
 def connection_master(conn: Any) -> str:
