@@ -51,6 +51,7 @@ DOCUMENTED: dict[str, str] = {
     "./laketide submit ingest_stream.py --stream clicks --mode incremental": "print",
     "./laketide submit --print ...": "print",
     "./laketide submit maintain.py --table lake.clicks --actions expire_snapshots": "print",
+    "./laketide submit maintain.py --table lake.accounts__tombstones --actions expire_tombstones": "print",
     "./laketide submit redo.py --stream clicks --snapshot-id <id> --dry-run false --run-id <name>": "print",
     f"./laketide submit repair.py --stream clicks {HOURS} --dry-run false": "print",
     "./laketide redo --stream S --snapshot-id ID": "trigger",
