@@ -45,7 +45,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.bench_quickstart import free_port  # noqa: E402
+from bench.bench_quickstart import descendants, free_port  # noqa: E402
 from tests.helpers import run_writer, write_config  # noqa: E402
 
 DAG_ID = "laketide_close_clicks"
@@ -159,24 +159,6 @@ def work_seconds(log: Path) -> float | None:
                 if found:
                     return float(found.group(1))
     return None
-
-
-def descendants(roots: list[int]) -> set[int]:
-    """The live processes under ``roots`` (task processes may leave their parent's process group)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    found = set(roots)
-    grew = True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return found - set(roots)
 
 
 def task_figures(home: Path, run_id: str) -> dict[str, dict[str, list[float]]]:

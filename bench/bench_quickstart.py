@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,19 +57,14 @@ def _free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def processes_of(home: Path) -> list[int]:
-    """Live processes of the run: those whose environment carries its LAKETIDE_HOME (run.sh exports it to
-    everything), and their descendants (a process that sets its title, as Airflow's executor workers do, overwrites
-    what /proc shows of its environment)."""
-    marker = f"LAKETIDE_HOME={home}".encode()
+def descendants(roots: Iterable[int]) -> set[int]:
+    """The live processes under ``roots``, by their parents (a task process may leave its parent's process group)."""
     parents: dict[int, int] = {}
-    found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    found.add(int(entry.name))
+    found = set(roots)
     grew = True
     while grew:
         grew = False
@@ -76,7 +72,21 @@ def processes_of(home: Path) -> list[int]:
             if parent in found and pid not in found:
                 found.add(pid)
                 grew = True
-    return sorted(found)
+    return found - set(roots)
+
+
+def processes_of(home: Path) -> list[int]:
+    """Live processes of the run: those whose environment carries its LAKETIDE_HOME (run.sh exports it to
+    everything), and their descendants (a process that sets its title, as Airflow's executor workers do, overwrites
+    what /proc shows of its environment)."""
+    marker = f"LAKETIDE_HOME={home}".encode()
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.add(int(entry.name))
+    return sorted(found | descendants(found))
 
 
 def cmdline(pid: int) -> str:
