@@ -3,6 +3,7 @@ another process checks partitions and writes status records to the same SQLite c
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -87,7 +88,7 @@ def _run(tmp_path: Path, config_path: Path, env: dict[str, str], writer: subproc
     commits = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
                for line in log.splitlines() if "committed as snapshot" in line]
     assert len(commits) >= PRODUCE_SECONDS // 10, f"only {len(commits)} batches committed in {PRODUCE_SECONDS}s"
-    longest = max((b - a).total_seconds() for a, b in zip(commits, commits[1:], strict=False))
+    longest = max((b - a).total_seconds() for a, b in itertools.pairwise(commits))
     assert longest <= MAX_COMMIT_GAP, f"the writer went {longest:.0f} s without a commit while the catalog was busy"
     assert read_checkpoint(stream.checkpoint_path).last_commit is not None
 
