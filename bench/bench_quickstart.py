@@ -12,12 +12,16 @@ real Airflow components, the ingest DAG's real Spark writer), and measures:
 ``airflow MB`` / ``writer MB``
     the resident memory (RSS, summed) of the processes of the run whose command line names Airflow (API server,
     scheduler, DAG processor, triggerer, the executor's workers, task runners) and of the writer's Spark JVM and its
-    Python driver, ``--settle`` seconds after the first commit;
+    Python driver, ``--settle`` seconds after the first commit; ``airflow PSS MB``: the same processes' proportional
+    set size (shared pages divided among the processes sharing them: what they hold together, as RSS overcounts
+    the copy-on-write pages of processes forked from one another);
 ``tasks failed``
     task instances whose first try failed (``try_number`` > 1 in Airflow's database), e.g. a task started before the
     API server answered.
 
-Then the run is stopped as a user would (SIGINT to run.sh's process group) and the next one starts. Run from the
+Then the run is stopped as a user would (SIGINT to run.sh's process group): ``stop s`` is how long run.sh took
+to stop, ``left after stop`` the processes of the run still alive after it exited (then killed, and run.sh's
+output printed), and the next one starts. Run from the
 repository root on an idle machine::
 
     .venv/bin/python bench/bench_quickstart.py --runs 3
@@ -75,6 +79,13 @@ def descendants(roots: Iterable[int]) -> set[int]:
     return found - set(roots)
 
 
+def alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, dead and not yet reaped, does not)."""
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return False
+
+
 def processes_of(home: Path) -> list[int]:
     """Live processes of the run: those whose environment carries its LAKETIDE_HOME (run.sh exports it to
     everything), and their descendants (a process that sets its title, as Airflow's executor workers do, overwrites
@@ -95,12 +106,19 @@ def cmdline(pid: int) -> str:
     return ""
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS:", path: str = "status") -> float:
     with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def pss_mb(pid: int) -> float:
+    """The process's proportional share of its resident pages: a page shared by n processes (the executor's
+    workers are forked from the scheduler, copy-on-write) counts 1/n in each, so a sum over processes is what they
+    hold together."""
+    return rss_mb(pid, "Pss:", "smaps_rollup")
 
 
 def first_commit(home: Path) -> bool:
@@ -108,9 +126,9 @@ def first_commit(home: Path) -> bool:
     return any(any((warehouse / "lake" / t / "metadata").glob("snap-*.avro")) for t in ("clicks", "orders"))
 
 
-def memory(home: Path) -> tuple[float, float, int]:
-    """(Airflow MB, writer MB, Airflow processes) of the run."""
-    airflow = writer = 0.0
+def memory(home: Path) -> tuple[float, float, float, int]:
+    """(Airflow MB, Airflow PSS MB, writer MB, Airflow processes) of the run."""
+    airflow = airflow_pss = writer = 0.0
     count = 0
     for pid in processes_of(home):
         line = cmdline(pid)
@@ -118,8 +136,9 @@ def memory(home: Path) -> tuple[float, float, int]:
             writer += rss_mb(pid)
         elif "airflow" in line:
             airflow += rss_mb(pid)
+            airflow_pss += pss_mb(pid)
             count += 1
-    return airflow, writer, count
+    return airflow, airflow_pss, writer, count
 
 
 def retried_tasks(home: Path) -> int:
@@ -143,10 +162,10 @@ def one_run(settle: float, timeout: float, airflow_command: str | None = None,
     proc = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "run.sh")], cwd=REPO_ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     result: dict[str, float] = {}
+    out = b""
     try:
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
-        out = b""
         while time.monotonic() - started < timeout:
             with contextlib.suppress(TypeError):
                 out += proc.stdout.read() or b""
@@ -161,17 +180,29 @@ def one_run(settle: float, timeout: float, airflow_command: str | None = None,
         else:
             raise SystemExit(f"no commit within {timeout:.0f}s (see {home}/logs)")
         time.sleep(settle)
-        airflow, writer, count = memory(home)
-        result.update({"airflow MB": airflow, "writer MB": writer, "airflow processes": count,
-                       "tasks failed": retried_tasks(home)})
+        airflow, airflow_pss, writer, count = memory(home)
+        result.update({"airflow MB": airflow, "airflow PSS MB": airflow_pss, "writer MB": writer,
+                       "airflow processes": count, "tasks failed": retried_tasks(home)})
     finally:
+        # what the run holds before Ctrl-C, by ancestry too (the API server sets its title, which blanks what
+        # /proc shows of its environment): whatever of it outlives run.sh was left behind by its stop
+        running = set(processes_of(home)) | descendants([proc.pid])
+        stopping = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-        for pid in processes_of(home):
+        stopped = time.monotonic() - stopping
+        with contextlib.suppress(TypeError):
+            out += (proc.stdout.read() if proc.stdout else b"") or b""
+        left = [pid for pid in sorted(running | set(processes_of(home))) if alive(pid)]
+        if left or b"killing:" in out:
+            print(f"run.sh's stop after {stopped:.0f}s left {[cmdline(p)[:80] for p in left]}; its output:\n"
+                  + out.decode(errors="replace")[-1500:], file=sys.stderr, flush=True)
+        result.update({"stop s": stopped, "left after stop": len(left)})
+        for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         subprocess.run(["rm", "-rf", str(home)], check=False)

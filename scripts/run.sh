@@ -9,12 +9,15 @@
 #
 # Settings (environment):
 #   LAKETIDE_HOME             local state folder (default .laketide/)
-#   LAKETIDE_PORT             Airflow UI/API port (default 8080; another port moves the log servers to port+1, +2)
+#   LAKETIDE_PORT             Airflow UI/API port (default 8080; with LAKETIDE_SERVE_LOGS=1 another port moves the log
+#                             servers to port+1, +2)
 #   LAKETIDE_STOP_GRACE       seconds processes get to stop after SIGTERM before SIGKILL (default 30)
 #   LAKETIDE_AIRFLOW_COMMAND  one command that runs all of Airflow instead (e.g. "airflow standalone"); by default
 #                             the components start one by one: the API server first, and the scheduler, the DAG
 #                             processor and the triggerer once it answers, so that no task starts before it can
 #                             reach the API server
+#   LAKETIDE_SERVE_LOGS       1: the scheduler and the triggerer start their log servers too (default: not, as
+#                             the API server reads every log from this machine's $AIRFLOW_HOME/logs)
 #   AIRFLOW__CORE__PARALLELISM  task slots, i.e. LocalExecutor worker processes (default 4: the continuous writer
 #                             holds one; Airflow's own default, 32, forks 32 workers of ~150 MB each at start)
 set -euo pipefail
@@ -213,9 +216,14 @@ else
   start_airflow airflow.log airflow api-server
   api_pid=$!
   wait_for_api
-  start_airflow airflow-scheduler.log airflow scheduler
+  # every component runs on this machine and writes its logs under $AIRFLOW_HOME/logs, where the API server reads
+  # them: the log servers the scheduler and the triggerer start (for workers on other machines) would hold about
+  # 280 MB for nothing (LAKETIDE_SERVE_LOGS=1 starts them)
+  skip_logs=(--skip-serve-logs)
+  [[ ${LAKETIDE_SERVE_LOGS:-0} == 1 ]] && skip_logs=()
+  start_airflow airflow-scheduler.log airflow scheduler "${skip_logs[@]}"
   start_airflow airflow-dag-processor.log airflow dag-processor
-  start_airflow airflow-triggerer.log airflow triggerer
+  start_airflow airflow-triggerer.log airflow triggerer "${skip_logs[@]}"
 fi
 password=$(python - "$AIRFLOW_HOME" <<'PY'
 import json, pathlib, sys
