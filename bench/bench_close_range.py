@@ -45,8 +45,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.bench_quickstart import descendants, free_port  # noqa: E402
 from tests.helpers import run_writer, write_config  # noqa: E402
+from tests.processes import descendants, free_port  # noqa: E402
 
 DAG_ID = "laketide_close_clicks"
 START = datetime(2012, 3, 5, 0, tzinfo=UTC)

@@ -33,77 +33,25 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
 
-
-def free_port() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port < 65000 and all(_free(port + i) for i in (1, 2)):
-            return port
-    raise SystemExit("no free port")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def descendants(roots: Iterable[int]) -> set[int]:
-    """The live processes under ``roots``, by their parents (a task process may leave its parent's process group)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    found = set(roots)
-    grew = True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return found - set(roots)
-
-
-def alive(pid: int) -> bool:
-    """``pid`` runs (a zombie, dead and not yet reaped, does not)."""
-    with contextlib.suppress(OSError, IndexError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return False
+from tests.processes import alive, cmdline, descendants, free_port, marked  # noqa: E402
 
 
 def processes_of(home: Path) -> list[int]:
-    """Live processes of the run: those whose environment carries its LAKETIDE_HOME (run.sh exports it to
-    everything), and their descendants (a process that sets its title, as Airflow's executor workers do, overwrites
-    what /proc shows of its environment)."""
-    marker = f"LAKETIDE_HOME={home}".encode()
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    found.add(int(entry.name))
-    return sorted(found | descendants(found))
-
-
-def cmdline(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return ""
+    """Live processes of the run: those whose environment carries its LAKETIDE_HOME, and their descendants (a process
+    that sets its title, as Airflow's executor workers do, overwrites what /proc shows of its environment)."""
+    found = marked(home)
+    return sorted(set(found) | descendants(found))
 
 
 def rss_mb(pid: int, field: str = "VmRSS:", path: str = "status") -> float:

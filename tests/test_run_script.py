@@ -22,52 +22,15 @@ from pathlib import Path
 import pytest
 
 from laketide.config import REPO_ROOT
+from tests.processes import alive, cmdline, free_port, marked, port_free
 
 RUN = REPO_ROOT / "scripts" / "run.sh"
 FAKE_AIRFLOW = Path(__file__).with_name("fake_airflow.py")
 
 
-def free_port() -> int:
-    """A port with the next two free too (run.sh puts Airflow's log servers there)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000 and all(_free(port + i) for i in (1, 2)):
-            return port
-    raise AssertionError("no free port")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-
-
 def started_under(home: Path) -> list[int]:
     """Live processes whose environment says they belong to the run in ``home`` (run.sh exports LAKETIDE_HOME)."""
-    marker = f"LAKETIDE_HOME={home}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if marker in (entry / "environ").read_bytes().split(b"\0") and alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
-def cmdline(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return "?"
+    return [pid for pid in marked(home) if alive(pid)]
 
 
 def launch(home: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
@@ -135,7 +98,7 @@ def stop_and_check(proc: subprocess.Popen[bytes], home: Path, port: int, how: st
     assert code == 0, rest
     assert leftovers == [], [cmdline(p) for p in leftovers]
     assert not [pid for pid in before if alive(pid)]
-    wait_until(lambda: _free(port), 10, f"port {port} to be free")
+    wait_until(lambda: port_free(port), 10, f"port {port} to be free")
     return rest
 
 
@@ -226,7 +189,7 @@ def test_ctrl_c_on_make_run_piped_to_tee(tmp_path: Path) -> None:
         job.wait(timeout=60)
         assert (tmp_path / "exit-status").read_text().strip() == "0"
         assert [cmdline(p) for p in started_under(tmp_path)] == []
-        wait_until(lambda: _free(port), 10, f"port {port} to be free")
+        wait_until(lambda: port_free(port), 10, f"port {port} to be free")
     finally:
         for pid in started_under(tmp_path):
             with contextlib.suppress(ProcessLookupError):
