@@ -8,6 +8,8 @@
     ./laketide backfill --stream S --start H --end H [--apply] [--wait S | --no-wait]
     ./laketide repair --stream S --start H --end H [--apply] [--wait S | --no-wait]
     ./laketide close --stream S --start H --end H  close a range of past hours (laketide_close_<stream>)
+    ./laketide archive [--stream S] [--dry-run]   move closed hours' landing files into the archive (once, for an
+                                                  existing landing zone: each close archives its own hour)
     ./laketide airflow ARGS...                    any airflow command on the local installation
 
 It finds what it needs by itself: the configuration (``$LAKETIDE_CONFIG``, else ``conf/laketide.yaml``), the
@@ -65,6 +67,14 @@ def _snapshots(config: LaketideConfig, args: argparse.Namespace) -> int:
         print(f"stream {stream.name}: {table}, newest first (a redo returns to a snapshot id of this list: "
               f"./laketide redo --stream {stream.name} --snapshot-id ID)")
         print("\n".join(format_timeline(timeline(load_catalog(config.catalog), table, args.limit))))
+    return 0
+
+
+def _archive(config: LaketideConfig, args: argparse.Namespace) -> int:
+    from laketide.close.archive import archive_closed
+
+    for stream in [config.stream(args.stream)] if args.stream else config.streams:
+        print(archive_closed(config, stream, dry_run=args.dry_run).line())
     return 0
 
 
@@ -193,6 +203,11 @@ def parser() -> argparse.ArgumentParser:
     close.add_argument("--start", required=True, help="first hour, e.g. 2012-03-05T00:00:00+00:00")
     close.add_argument("--end", required=True, help="first hour after the range (exclusive), not in the future")
     close.set_defaults(run=_close)
+    archive = commands.add_parser("archive", help="move the landing files of every closed hour into the archive "
+                                                   "(each close does its own hour; this migrates an existing zone)")
+    archive.add_argument("--stream")
+    archive.add_argument("--dry-run", action="store_true", help="count what it would move, move nothing")
+    archive.set_defaults(run=_archive)
     airflow = commands.add_parser("airflow", help="any airflow command, on the local installation (its home set)")
     airflow.add_argument("airflow_args", nargs=argparse.REMAINDER, help="e.g. dags list, backfill create ...")
     airflow.set_defaults(run=_airflow)

@@ -4,8 +4,8 @@
 -> :func:`decided_prefix` (the hours decided now, from the first: they close at once)
 -> sensor outcome (complete | empty) of the last of them -> :func:`decide_range` (the others, in event-time order)
 -> :func:`verify` per hour (Great Expectations; records verified or failed)
--> :func:`close` per hour (records closed; the caller emits the Asset event, partitioned by :func:`airflow_key`,
-with the close record as extra, and fires the done-markers).
+-> :func:`close` per hour (records closed, archives the hour's landing files: ``close.archive``; the caller emits
+the Asset event, partitioned by :func:`airflow_key`, with the close record as extra, and fires the done-markers).
 Rows that reach a closed partition later are found by :func:`find_reopened` (the partition is recorded
 reopened) and the partition goes through verify and close again.
 """
@@ -13,10 +13,12 @@ reopened) and the partition goes through verify and close again.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from laketide.close.archive import archive_closed
 from laketide.close.partitions import State, check_partitions, partition_rows
 from laketide.close.results import ClosedPartition, PartitionEvent, VerifiedPartition
 from laketide.close.status import StatusRecord, history, record
@@ -24,6 +26,8 @@ from laketide.close.verify import Verification, verified_partition, verify_parti
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import RangeError, RangeNotDecided, VerificationFailed
 from laketide.lake.hours import AIRFLOW_KEY_FORMAT, HOUR, hour_start, parse_partition, partition_key
+
+log = logging.getLogger(__name__)
 
 
 def parse_hour(value: str | datetime) -> datetime:
@@ -202,6 +206,11 @@ def close(config: LaketideConfig, stream: StreamConfig, verified: VerifiedPartit
         run_id=run_id,
     )
     record(config, closed)
+    try:  # the hour's landing files out of the writer's way; a failure leaves them for the next close or sweep
+        archive_closed(config, stream, {verified.partition: closed.recorded_at})
+    except Exception:
+        log.warning("archiving the landing files of %s hour %s failed; they stay in data/ (./laketide archive moves "
+                    "them)", stream.name, verified.partition, exc_info=True)
     return ClosedPartition.of(stream, verified, closed.recorded_at, bool(before),
                               before[-1].snapshot_id if before else None)
 

@@ -166,11 +166,11 @@ def reconcile(config: LaketideConfig, stream: StreamConfig, hours: Collection[da
     view = pin(config, stream)
     lake, duplicates, lake_files = lake_counts(config, stream, hours, view)
     ingested = source_positions(view.events, view.events_snapshot) if view.events_snapshot is not None else {}
+    keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
     rejects, reject_files = reject_counts(view.rejects, view.rejects_snapshot,
-                                          read_audits(stream.landing_path, hidden=True), hours)
+                                          read_audits(stream.landing_path, hidden=True, archived=keys), hours)
     for name in (lake_files | reject_files) - {None}:
         ingested.setdefault(name, None)
-    keys = {partition_key(hour_start(h)) for h in hours} if hours is not None else None
     landed = inspect(stream.landing_path, ingested, event_time=event_time(stream), hours=keys,
                      retention=stream.source_log_retention)
     removed = (duplicates_removed(lineage_summaries(view.events, view.events_snapshot))

@@ -351,7 +351,7 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     view = pin(config, stream, snapshot_id)  # both tables first, then the landing zone: one consistent view
     table, snapshot_id = view.events, view.events_snapshot
 
-    audits = read_audits(stream.landing_path, hidden=True)
+    audits = read_audits(stream.landing_path, hidden=True, archived={key})
     rejected, reject_files = reject_counts(view.rejects, view.rejects_snapshot, audits, {start})
     rejects = rejected[key]
     found = scan_hour(table, stream, start, snapshot_id, config.close.scan_memory)

@@ -85,6 +85,11 @@ class StreamConfig(_Strict):
     #: older than this is not ingested automatically but named (see laketide.ingest.late_files). At least
     #: max_file_age
     source_log_retention: timedelta = timedelta(days=60)
+    #: once an hour closes, move its landing files (data file and audit record, both ingested and verified) from
+    #: ``data/`` and ``audit/`` into ``archive/<hour>/``: what the writer lists at each trigger stays the size of the
+    #: hours still open, whatever the stream's age. Verification, reconcile, backfill and redo read the archive too
+    #: (see laketide.close.archive); false: every landing file stays where its producer put it
+    archive_closed_hours: bool = True
     #: a writer silent (no heartbeat) for this long loses the stream to a new writer (see laketide.lake.lease)
     writer_lease: timedelta = timedelta(seconds=60)
     #: a landing line longer than this (in bytes, without its newline) is rejected unparsed

@@ -25,6 +25,8 @@ from laketide.ingest.landing import (
     DATA_SUFFIX,
     _check_audit,
     _load_audits,
+    archived_files,
+    archived_folders,
     audit_dir,
     audit_name,
     data_dir,
@@ -193,7 +195,8 @@ def inspect(
         time it recorded (None when unknown: an older commit, or a name found only in the tables)
     :param event_time: read each line's event time, to find files holding several hours
     :param hours: inspect only the files of these hours (by audit record, name, or lines) plus ``files``;
-        the expected counts still cover every audit record (None: every file)
+        the expected counts still cover every audit record of ``data/`` (None: every file). The archive folders
+        of these hours (of every hour: None) are read as well: an archived file is inspected as one of ``data/``
     :param files: more files to inspect in any case (e.g. the sources of an hour's rows)
     :param retention: the stream's ``source_log_retention``: a file not ingested whose modification time is older
         than this behind the newest ingested file's is never taken by the writer (``ingest.late_files``), so it is
@@ -207,9 +210,12 @@ def inspect(
     )
     folder = data_dir(landing_path)
     present = sorted(p for p in folder.glob(f"*{DATA_SUFFIX}") if p.is_file()) if folder.is_dir() else []
+    # the archive of the hours inspected after data/: a file archived meanwhile is found there
+    live = {p.name for p in present}
+    present += sorted(p for name, p in archived_files(landing_path, hours).items() if name not in live)
     # the audit records after the data files: a producer renames a file's audit record into place before the file,
     # so every data file listed has its record by now (read first, a file published in between had none)
-    audits, problems = _load_audits(landing_path, hidden=True)
+    audits, problems = _load_audits(landing_path, hidden=True, archived=hours)
     newest = max((s.mtime_ms for s in stats.values() if s is not None), default=None)
     forgotten_ms = None if retention is None or newest is None else newest - int(retention.total_seconds() * 1000)
     scope = None if hours is None else set(hours)
@@ -368,25 +374,35 @@ def landed_files(landing_path: str | Path) -> list[Landed]:
     One ``os.stat`` per file; an audit record is read only for a file whose name does not follow the contract.
     Hidden and empty files are left out: Spark's file source never reads them (``inspect`` reports them).
     """
-    folder = data_dir(landing_path)
-    if not folder.is_dir():
-        return []
+    return _landed(landing_path, [data_dir(landing_path)])
+
+
+def archived_landed(landing_path: str | Path) -> list[Landed]:
+    """The data files of every hour's archive folder (``landing.hour_archive``), as :func:`landed_files` sees
+    ``data/``: one ``os.stat`` per file (a redo looks for the files it re-ingests among them)."""
+    return _landed(landing_path, archived_folders(landing_path))
+
+
+def _landed(landing_path: str | Path, folders: list[Path]) -> list[Landed]:
     out: list[Landed] = []
-    for entry in os.scandir(folder):
-        name = entry.name
-        if not name.endswith(DATA_SUFFIX) or hidden(name):
+    for folder in folders:
+        if not folder.is_dir():
             continue
-        try:
-            st = entry.stat()
-        except FileNotFoundError:  # moved away while listing
-            continue
-        if not entry.is_file() or st.st_size == 0:
-            continue
-        hour = name_hour(name)
-        if hour is None:
-            hour = _audit_hour(landing_path, name)
-        mtime = st.st_mtime_ns // 1_000_000
-        out.append(Landed(name, st.st_size, mtime, max(mtime, st.st_ctime_ns // 1_000_000), hour))
+        for entry in os.scandir(folder):
+            name = entry.name
+            if not name.endswith(DATA_SUFFIX) or hidden(name):
+                continue
+            try:
+                st = entry.stat()
+            except FileNotFoundError:  # moved away while listing
+                continue
+            if not entry.is_file() or st.st_size == 0:
+                continue
+            hour = name_hour(name)
+            if hour is None:
+                hour = _audit_hour(landing_path, name)
+            mtime = st.st_mtime_ns // 1_000_000
+            out.append(Landed(name, st.st_size, mtime, max(mtime, st.st_ctime_ns // 1_000_000), hour))
     out.sort(key=lambda f: (f.mtime_ms, f.name))
     return out
 

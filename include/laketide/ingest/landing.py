@@ -4,7 +4,9 @@ A stream with ``landing_path`` L uses three folders (see ``docs/landing-zone.md`
 
 * ``L/_tmp/``  - files being written; never read by anyone;
 * ``L/audit/`` - one JSON audit record ``X.json`` per data file ``X.jsonl``;
-* ``L/data/``  - published newline-delimited JSON files ``X.jsonl``, one event per line.
+* ``L/data/``  - published newline-delimited JSON files ``X.jsonl``, one event per line;
+* ``L/archive/<YYYYmmddTHH>/`` - the data files and audit records of a closed hour, moved there by laketide
+  (:mod:`laketide.close.archive`): never written by producers, never listed by the writer.
 
 A file is written fully into ``_tmp/`` and then renamed (atomic on one filesystem). The audit record
 is renamed into ``audit/`` *before* its data file is renamed into ``data/``, so every visible data file
@@ -18,12 +20,13 @@ Stdlib only: producers and Airflow tasks import this without Spark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,8 @@ FILE_NAME = re.compile(
     r"^(?P<hour>\d{8}T\d{2})-(?P<producer>[A-Za-z0-9_.-]+)-(?P<seq>\d{8,})-(?P<token>[0-9a-f]{8})\.jsonl$"
 )
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+#: the name of an hour's archive folder
+_STAMP = re.compile(r"^\d{8}T\d{2}$")
 _AUDIT_KEYS = ("version", "stream", "file", "producer", "records", "partitions", "produced_at")
 
 
@@ -48,9 +53,11 @@ def data_dir(landing_path: str | Path) -> Path:
     return Path(landing_path) / "data"
 
 
-def published_files(landing_path: str | Path) -> set[str]:
-    """Names of the data files in ``L/data`` (``*.jsonl``; hidden names too, which the writer never reads)."""
-    return {p.name for p in data_dir(landing_path).glob(f"*{DATA_SUFFIX}")}
+def published_files(landing_path: str | Path, archived: Collection[str] | None = ()) -> set[str]:
+    """Names of the data files in ``L/data`` (``*.jsonl``; hidden names too, which the writer never reads), and in
+    the archive folders of the hours ``archived`` (None: every archived hour), listed after ``data/``."""
+    live = {p.name for p in data_dir(landing_path).glob(f"*{DATA_SUFFIX}")}
+    return live | (set(archived_files(landing_path, archived)) if archived is None or archived else set())
 
 
 def audit_dir(landing_path: str | Path) -> Path:
@@ -61,6 +68,65 @@ def audit_dir(landing_path: str | Path) -> Path:
 def tmp_dir(landing_path: str | Path) -> Path:
     """Where files are written before being renamed into place: ``L/_tmp``."""
     return Path(landing_path) / "_tmp"
+
+
+def archive_dir(landing_path: str | Path) -> Path:
+    """Where the files of closed hours are kept: ``L/archive``, a folder per hour."""
+    return Path(landing_path) / "archive"
+
+
+def hour_archive(landing_path: str | Path, hour: str) -> Path:
+    """The archive folder of the hour ``hour`` (a partition key): ``L/archive/<YYYYmmddTHH>``, holding its data
+    files ``X.jsonl`` and their audit records ``X.json`` side by side."""
+    return archive_dir(landing_path) / parse_partition(hour).strftime("%Y%m%dT%H")
+
+
+def archived_folders(landing_path: str | Path, hours: Collection[str] | None = None) -> list[Path]:
+    """The archive folders of ``hours`` (partition keys) that exist, or of every archived hour (None)."""
+    if hours is not None:
+        return [folder for hour in sorted(hours) if (folder := hour_archive(landing_path, hour)).is_dir()]
+    root = archive_dir(landing_path)
+    return sorted(p for p in root.iterdir() if p.is_dir() and _STAMP.fullmatch(p.name)) if root.is_dir() else []
+
+
+def archived_files(landing_path: str | Path, hours: Collection[str] | None = None) -> dict[str, Path]:
+    """The archived data files of ``hours`` (None: every hour), by name."""
+    return {p.name: p for folder in archived_folders(landing_path, hours) for p in folder.glob(f"*{DATA_SUFFIX}")}
+
+
+def landed_path(landing_path: str | Path, name: str) -> Path:
+    """Where the data file ``name`` is now: in ``data/``, else in its hour's archive folder (the name tells the
+    hour); its ``data/`` path when it is in neither."""
+    live = data_dir(landing_path) / name
+    if live.exists() or (hour := name_hour(name)) is None:
+        return live
+    kept = hour_archive(landing_path, hour) / name
+    return kept if kept.exists() else live
+
+
+def move_file(landing_path: str | Path, name: str, *, to_archive: bool) -> bool:
+    """Move the data file ``name`` and its audit record between ``data/`` + ``audit/`` and its hour's archive folder
+    (``to_archive``, or back): the data file first, then the audit record (a reader that lists the live folders
+    before the archive sees each file once at least, whatever the moment); each rename synced. False when the data
+    file is not where it is moved from (moved meanwhile)."""
+    hour = name_hour(name)
+    if hour is None or hidden(name):
+        raise ValueError(f"only a data file named by the contract has an hour to archive it in: {name!r}")
+    folder = hour_archive(landing_path, hour)
+    live = (data_dir(landing_path) / name, audit_dir(landing_path) / audit_name(name))
+    kept = (folder / name, folder / audit_name(name))
+    sources, targets = (live, kept) if to_archive else (kept, live)
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(sources[0], targets[0])
+    except FileNotFoundError:
+        return False
+    _sync_dir(targets[0].parent)
+    with contextlib.suppress(FileNotFoundError):  # a file without an audit record (the verification named it)
+        os.rename(sources[1], targets[1])
+    _sync_dir(targets[1].parent)
+    return True
 
 
 def audit_name(data_file_name: str) -> str:
@@ -220,18 +286,20 @@ def _check_audit(record: Any, expected_file: str) -> str | None:
 
 
 def _load_audits(
-    landing_path: str | Path, *, hidden: bool = False
+    landing_path: str | Path, *, hidden: bool = False, archived: Collection[str] | None = ()
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The usable audit records keyed by data file name, and why each unusable one was skipped (same key).
 
     ``hidden``: also read audit records whose name starts with ``.`` (those of hidden data files).
+    ``archived``: also those of the archive folders of these hours (None: of every archived hour), read after
+    ``audit/`` (a record moved into the archive meanwhile is read there).
     """
-    folder = audit_dir(landing_path)
     audits: dict[str, dict[str, Any]] = {}
     problems: dict[str, str] = {}
-    if not folder.is_dir():
-        return audits, problems
-    for path in sorted(folder.iterdir()):
+    live = audit_dir(landing_path)
+    folders = ([live] if live.is_dir() else []) + (archived_folders(landing_path, archived)
+                                                   if archived is None or archived else [])
+    for path in (p for folder in folders for p in sorted(folder.iterdir())):
         if not path.name.endswith(AUDIT_SUFFIX) or (path.name.startswith(".") and not hidden):
             continue
         if not path.is_file():
@@ -252,13 +320,15 @@ def _load_audits(
     return audits, problems
 
 
-def read_audits(landing_path: str | Path, *, hidden: bool = False) -> dict[str, dict[str, Any]]:
+def read_audits(landing_path: str | Path, *, hidden: bool = False,
+                archived: Collection[str] | None = ()) -> dict[str, dict[str, Any]]:
     """All readable audit records of a landing path, keyed by data file name (``X.jsonl``).
 
     An audit file that cannot be read, is not JSON or does not follow the schema is skipped with a
-    warning naming it. ``hidden``: also those named ``.X.json`` (audits of hidden data files).
+    warning naming it. ``hidden``: also those named ``.X.json`` (audits of hidden data files). ``archived``: also
+    those of the archive folders of these hours (None: every archived hour).
     """
-    return _load_audits(landing_path, hidden=hidden)[0]
+    return _load_audits(landing_path, hidden=hidden, archived=archived)[0]
 
 
 def partition_totals(audits: Mapping[str, Mapping[str, Any]], files: Iterable[str]) -> dict[str, int]:
@@ -277,12 +347,12 @@ def expected_counts(landing_path: str | Path, ingested: Iterable[str] = ()) -> d
     """Records per partition key that the lake must hold (rows + rejects): :meth:`Inspection.expected`
     without inspecting the files.
 
-    Summed over the audit records whose data file is in ``data/`` or was ingested (``ingested``: names
-    from the writer's source positions). Audits without a data file that was never ingested (a producer
+    Summed over the audit records whose data file is in ``data/`` or the archive or was ingested (``ingested``:
+    names from the writer's source positions). Audits without a data file that was never ingested (a producer
     that died between the two renames) are not counted.
     """
-    audits = _load_audits(landing_path, hidden=True)[0]
-    return expected_totals(audits, published_files(landing_path), ingested)
+    audits = _load_audits(landing_path, hidden=True, archived=None)[0]
+    return expected_totals(audits, published_files(landing_path, None), ingested)
 
 
 def expected_totals(

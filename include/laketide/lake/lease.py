@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laketide.lake.lease")
 TABLE = "laketide_writer_leases"
+#: the mode of a redo holding a stream's writer lease (the writer resumes after it)
+REDO_MODE = "redo"
 #: the lease maintenance holds on a table while it rewrites it (``maintain:<table>``); a redo holds it too
 MAINTENANCE_PREFIX = "maintain:"
 
@@ -123,6 +125,12 @@ class WriterLease:
             conn = conn or stack.enter_context(self.engine.connect())
             row = conn.execute(select(self.table).where(self.table.c.writer_id == self.writer_id)).mappings().first()
         return None if row is None else Holder(**dict(row))
+
+    def live_holder(self) -> Holder | None:
+        """The holder while its lease is live (not silent for longer than the lease, its process not gone), else
+        None."""
+        holder = self.holder()
+        return None if holder is None or self._takeable(holder, time.time()) is not None else holder
 
     def check(self) -> None:
         """Raise :class:`WriterBusyError` when a live writer holds the lease (reads only: a writer refused this way

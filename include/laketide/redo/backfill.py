@@ -4,7 +4,7 @@ For a validated request (``redo.overwrite.validate_request`` and ``check_against
 
 1. the files: every landing file the writer ingested whose hour (by name, else by audit record) is in the
    range (:func:`plan_files`). A file of the range the writer has not ingested yet is left to the writer; an
-   ingested file no longer in ``data/`` refuses the backfill (its rows would be lost);
+   ingested file no longer in ``data/`` nor in the archive refuses the backfill (its rows would be lost);
 2. the rows: those files read and parsed exactly as the writer does (``ingest.transforms.Validator``,
    ``rejected_rows``); the rows keep the batch id of their file's first ingestion (and the rejects their
    time of rejection), so a second backfill writes the same rows. For a stream with ``dedupe_on_write``, an
@@ -25,13 +25,12 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
-from laketide.ingest.landing import data_dir, hidden, name_hour, published_files, read_audits
+from laketide.ingest.landing import data_dir, hidden, landed_path, name_hour, published_files, read_audits
 from laketide.lake.commits import DUPLICATES_DROPPED, SOURCE_FILES
 from laketide.lake.hours import partition_key
 from laketide.lake.spark import local_frame
@@ -69,9 +68,9 @@ def file_hour(name: str, audits: Mapping[str, Mapping[str, Any]]) -> str | None:
 class FilePlan:
     """The landing files of a backfill."""
 
-    #: ingested files of the range, in ``data/``: re-read
+    #: ingested files of the range, in ``data/`` or archived: re-read
     files: tuple[str, ...]
-    #: ingested files of the range no longer in ``data/``: the backfill is refused
+    #: ingested files of the range in neither ``data/`` nor the archive: the backfill is refused
     missing: tuple[str, ...] = ()
     #: files of the range in ``data/`` the writer has not ingested yet: left to the writer
     pending: tuple[str, ...] = ()
@@ -99,7 +98,8 @@ def check_files(request: Request, plan: FilePlan) -> None:
         shown = ", ".join(plan.missing[:5]) + (" ..." if len(plan.missing) > 5 else "")
         raise ActionRequestError(
             f"{len(plan.missing)} landing file(s) of the range were ingested but are no longer in "
-            f"{data_dir(request.stream.landing_path)} ({shown}): a backfill would drop their rows. Restore them "
+            f"{data_dir(request.stream.landing_path)} nor in its hour's archive folder ({shown}): a backfill would "
+            "drop their rows. Restore them "
             "(with their audit records), or repair the hours instead")
 
 
@@ -117,8 +117,10 @@ def prepare(config: LaketideConfig, request: Request) -> FilePlan:
     :raises ActionRequestError: the files refuse it (see :func:`check_files`)
     """
     stream = request.stream
-    audits = read_audits(stream.landing_path, hidden=True)
-    plan = plan_files(request.hours, ingested_files(config, stream), published_files(stream.landing_path), audits)
+    keys = {partition_key(h) for h in request.hours}  # closed hours' files are in their archive folders
+    audits = read_audits(stream.landing_path, hidden=True, archived=keys)
+    plan = plan_files(request.hours, ingested_files(config, stream), published_files(stream.landing_path, keys),
+                      audits)
     check_files(request, plan)
     return plan
 
@@ -127,14 +129,13 @@ def prepare(config: LaketideConfig, request: Request) -> FilePlan:
 
 
 def read_lines(spark: SparkSession, stream: StreamConfig, files: Iterable[str]) -> DataFrame:
-    """The lines of ``files`` (names in ``data/``) exactly as the writer's stream reads them: ``value``,
-    ``_source_file`` and ``_landed_at`` (the file's modification time)."""
+    """The lines of ``files`` (names in ``data/`` or its hour's archive folder) exactly as the writer's stream reads
+    them: ``value``, ``_source_file`` and ``_landed_at`` (the file's modification time)."""
     from pyspark.sql import functions as F
 
     from laketide.ingest.columns import LANDED_AT
 
-    folder = data_dir(stream.landing_path)
-    paths = [str(Path(folder, name)) for name in files]
+    paths = [str(landed_path(stream.landing_path, name)) for name in files]
     return spark.read.format("text").load(paths).select(
         "value", F.col("_metadata.file_name").alias("_source_file"),
         F.col("_metadata.file_modification_time").alias(LANDED_AT))

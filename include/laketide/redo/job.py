@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laketide.close.archive import restore
 from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
 from laketide.config import LaketideConfig, StreamConfig
@@ -39,6 +40,7 @@ from laketide.errors import RedoBusyError, RequestError, WriterBusyError
 from laketide.ingest.landing import data_dir
 from laketide.lake.commits import BATCH_ID, REDO_ID, WRITER_ID
 from laketide.lake.hours import parse_partition
+from laketide.lake.lease import REDO_MODE
 from laketide.redo import checkpoint
 from laketide.redo.params import RedoRequest
 from laketide.redo.plan import EMPTY, RedoPlan, make_plan
@@ -49,7 +51,6 @@ if TYPE_CHECKING:
     from laketide.lake.lease import WriterLease
 
 log = logging.getLogger("laketide.redo")
-REDO_MODE = "redo"
 
 
 @dataclass
@@ -103,13 +104,10 @@ def running_redo(config: LaketideConfig, stream: StreamConfig) -> str | None:
     """A description of a live redo of ``stream`` (from the writer lease), or None."""
     lease = lease_of(config, stream)
     try:
-        holder = lease.holder()
+        holder = lease.live_holder()
     except Exception:  # no lease table yet
         return None
-    now = time.time()
-    if holder is None or holder.mode != REDO_MODE or lease._takeable(holder, now) is not None:
-        return None
-    return holder.describe(now)
+    return None if holder is None or holder.mode != REDO_MODE else holder.describe(time.time())
 
 
 def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> WriterLease:
@@ -303,6 +301,9 @@ def _redo(config: LaketideConfig, spark: SparkSession, stream: StreamConfig, req
         rollback.empty(stream.rejects_table, stream.writer_id, plan.batch_id, request.run_id)
     elif plan.rejects_snapshot is not None:
         rollback.set_current(stream.rejects_table, plan.rejects_snapshot)
+    restored = restore(stream.landing_path, plan.reingest)  # archived files of closed hours: read again from data/
+    if restored:
+        log.info("%d archived landing file(s) to re-ingest moved back into %s", restored, data_dir(stream.landing_path))
     kept = checkpoint.replace(stream.checkpoint_path, request.run_id, plan.batch_id, plan.position_stats,
                               data_dir(stream.landing_path))
     log.info("re-ingesting %d landed file(s) of %s from batch %s", len(plan.reingest), stream.name,

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.inspection import landed_files
+from laketide.ingest.inspection import archived_landed, landed_files
 from laketide.lake.commits import BATCH_ID, WRITER_ID, FileStat, source_position
 from laketide.lake.hours import from_epoch_hours, partition_key
 from laketide.lake.snapshots import table_lineage
@@ -218,6 +218,11 @@ def make_plan(config: LaketideConfig, stream: StreamConfig, snapshot_id: int) ->
     for f in landed:  # taken before the lineage's cut (see above): in the position, so never read again
         if f.name not in taken and f.name not in reingest:
             taken[f.name] = FileStat(f.size, f.mtime_ms)
+    # the archive (closed hours' files, ``close.archive``): those taken after S are re-ingested (the redo moves them
+    # back into data/ first); the others stay archived, out of the writer's sight and of the position
+    live = set(reingest) | set(taken)
+    reingest += [f.name for f in archived_landed(stream.landing_path)
+                 if f.name not in live and (complete or oldest is None or f.mtime_ms >= oldest)]
     target = rejects_target(rejects, stream.writer_id, batch)
     rejects_head = None if rejects is None else rejects.metadata.current_snapshot_id
     changed = changed_hours(both_files(events, head, rejects, rejects_head),
