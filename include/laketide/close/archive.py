@@ -38,7 +38,7 @@ from pathlib import Path
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.ingest.inspection import Landed, landed_files
-from laketide.ingest.landing import archive_dir, data_dir, move_file, name_hour
+from laketide.ingest.landing import archive_dir, data_dir, hidden, move_files, name_hour
 from laketide.lake.checkpoint_log import committed_source_batch, file_name, log_files, log_lines, source_log
 from laketide.lake.hours import partition_key
 
@@ -174,10 +174,11 @@ def archive_closed(config: LaketideConfig, stream: StreamConfig, hours: dict[str
         for f in waiting:
             assert f.hour is not None
             result.kept[f.hour] = result.kept.get(f.hour, 0) + 1
-        for f in done:
-            assert f.hour is not None
-            if dry_run or move_file(stream.landing_path, f.name, to_archive=True):
-                result.moved[f.hour] = result.moved.get(f.hour, 0) + 1
+        hour_of = {f.name: f.hour for f in done}
+        for name in list(hour_of) if dry_run else move_files(stream.landing_path, hour_of, to_archive=True):
+            hour = hour_of[name]
+            assert hour is not None
+            result.moved[hour] = result.moved.get(hour, 0) + 1
     if result.moved or result.kept:
         log.info("%s", result.line())
     return result
@@ -186,11 +187,7 @@ def archive_closed(config: LaketideConfig, stream: StreamConfig, hours: dict[str
 def restore(landing_path: str | Path, names: Collection[str]) -> int:
     """Move the archived files among ``names`` back into ``data/`` (a redo re-ingests them); return how many moved.
     Waits for an archive sweep under way first (the caller holds the stream's lease, so no new sweep starts)."""
-    moved = 0
     with archive_lock(landing_path, wait=True):
-        for name in names:
-            if name_hour(name) is None or (data_dir(landing_path) / name).exists():
-                continue
-            if move_file(landing_path, name, to_archive=False):
-                moved += 1
-    return moved
+        archived = [n for n in names if name_hour(n) is not None and not hidden(n)
+                    and not (data_dir(landing_path) / n).exists()]
+        return len(move_files(landing_path, archived, to_archive=False))

@@ -104,29 +104,41 @@ def landed_path(landing_path: str | Path, name: str) -> Path:
     return kept if kept.exists() else live
 
 
-def move_file(landing_path: str | Path, name: str, *, to_archive: bool) -> bool:
-    """Move the data file ``name`` and its audit record between ``data/`` + ``audit/`` and its hour's archive folder
-    (``to_archive``, or back): the data file first, then the audit record (a reader that lists the live folders
-    before the archive sees each file once at least, whatever the moment); each rename synced. False when the data
-    file is not where it is moved from (moved meanwhile)."""
-    hour = name_hour(name)
-    if hour is None or hidden(name):
-        raise ValueError(f"only a data file named by the contract has an hour to archive it in: {name!r}")
-    folder = hour_archive(landing_path, hour)
-    live = (data_dir(landing_path) / name, audit_dir(landing_path) / audit_name(name))
-    kept = (folder / name, folder / audit_name(name))
-    sources, targets = (live, kept) if to_archive else (kept, live)
-    for target in targets:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(sources[0], targets[0])
-    except FileNotFoundError:
-        return False
-    _sync_dir(targets[0].parent)
-    with contextlib.suppress(FileNotFoundError):  # a file without an audit record (the verification named it)
-        os.rename(sources[1], targets[1])
-    _sync_dir(targets[1].parent)
-    return True
+def move_files(landing_path: str | Path, names: Iterable[str], *, to_archive: bool) -> list[str]:
+    """Move the data files ``names`` and their audit records between ``data/`` + ``audit/`` and their hours'
+    archive folders (``to_archive``, or back); return the names moved (a file not where it is moved from, moved
+    meanwhile, is left out). Every data file is renamed before the audit records; the folders are synced once, at
+    the end. A rename is atomic: whatever the moment of a crash, each file is in one of its two places, and
+    whoever reads an hour's files lists ``data/`` before the archive (and ``audit/`` before it), so finds it."""
+    moves: list[tuple[str, Path, Path]] = []
+    for name in names:
+        hour = name_hour(name)
+        if hour is None or hidden(name):
+            raise ValueError(f"only a data file named by the contract has an hour to archive it in: {name!r}")
+        moves.append((name, data_dir(landing_path), hour_archive(landing_path, hour)))
+    touched: set[Path] = set()
+    moved: list[str] = []
+    for name, live, kept in moves:
+        source, target = (live, kept) if to_archive else (kept, live)
+        target.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(source / name, target / name)
+        except FileNotFoundError:
+            continue
+        moved.append(name)
+        touched |= {source, target}
+    for name in moved:  # the audit records after every data file (a file without one: its verification named it)
+        hour = name_hour(name)
+        assert hour is not None
+        live, kept = audit_dir(landing_path), hour_archive(landing_path, hour)
+        source, target = (live, kept) if to_archive else (kept, live)
+        target.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(source / audit_name(name), target / audit_name(name))
+            touched |= {source, target}
+    for folder in touched:
+        _sync_dir(folder)
+    return moved
 
 
 def audit_name(data_file_name: str) -> str:
