@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -115,12 +116,17 @@ def run_one(spec: str) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     folder = str(data_dir(stream.landing_path))
     repeats = options["repeats"]
-    out: dict[str, Any] = {
-        "listed": len(spark.read.format("text").load(folder).inputFiles()),
-        "spark_list_s": timed(lambda: spark.read.format("text").load(folder).inputFiles(), repeats),
-        "walk_s": timed(lambda: landed_files(stream.landing_path), repeats),
-        "jvm_rss": jvm_rss(os.getpid()),
-    }
+    out: dict[str, Any] = {"listed": len(landed_files(stream.landing_path)),
+                           "walk_s": timed(lambda: landed_files(stream.landing_path), repeats)}
+    try:
+        out["spark_list_s"] = timed(lambda: spark.read.format("text").load(folder).inputFiles(), repeats)
+    except Exception as exc:
+        found = re.search(r"java\.[\w.$]+(?:Error|Exception)[^\n]*", str(exc))
+        out["spark_list_error"] = found.group(0) if found else str(exc).splitlines()[0]
+    out["jvm_rss"] = jvm_rss(os.getpid())
+    if "spark_list_error" in out:
+        print(json.dumps(out))
+        return
     if options["writer"]:
         from laketide.ingest import runner
         from laketide.ingest.tables import ensure_tables
@@ -208,10 +214,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for n in [int(s) for s in args.scales.split(",")]:
             home = workdir / f"n{n}"
-            shutil.rmtree(home, ignore_errors=True)
-            t0 = time.perf_counter()
-            current = land(home / "landing", n, args.per_hour)
-            print(f"{n:,} files landed in {time.perf_counter() - t0:.0f}s", flush=True)
+            data = home / "landing" / "data"
+            if data.is_dir() and not (home / "landing" / "archive").exists() and \
+                    sum(1 for _ in os.scandir(data)) == n:  # landed by an earlier run in this workdir, not swept
+                from laketide.ingest.landing import name_hour
+
+                current = datetime.fromisoformat(max(h for e in os.scandir(data) if (h := name_hour(e.name))))
+                print(f"{n:,} files landed by an earlier run, reused", flush=True)
+            else:
+                shutil.rmtree(home, ignore_errors=True)
+                t0 = time.perf_counter()
+                current = land(home / "landing", n, args.per_hour)
+                print(f"{n:,} files landed in {time.perf_counter() - t0:.0f}s", flush=True)
             config = write_config(home, landing_path=str(home / "landing"), trigger_interval="2s",
                                   max_files_per_trigger=400, idle_window="60s")
             repeats = 1 if n >= 1_000_000 else args.repeats
@@ -233,8 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for layout, f in (("no archive", r["before"]), ("archive", r["after"])):
                 rate = r["moved"] / max(r["sweep_s"], 1e-9)
                 sweep = f"{r['sweep_s']:>8.1f} {rate:>8,.0f}" if layout == "archive" else ""
-                print(f"{r['files']:>10,} {layout:>11} {f['listed']:>9,} {f['spark_list_s']:>13.3f} "
+                listing = f"{f['spark_list_s']:>13.3f}" if "spark_list_s" in f else f"{'failed':>13}"
+                print(f"{r['files']:>10,} {layout:>11} {f['listed']:>9,} {listing} "
                       f"{f['walk_s']:>12.3f} {f['jvm_rss'] / mib:>8.0f} {sweep}")
+                if "spark_list_error" in f:
+                    print(f"{'':>10} Spark's listing of data/ failed: {f['spark_list_error']}")
         print("\nthe real writer with the archive: batches of one new file after catching up with the current hour")
         print(f"{'files':>10} {'batches':>8} {'outside the write s (median, max)':>34} {'listing s':>10} "
               f"{'JVM RSS MiB':>12} {'driver RSS MiB':>15}  exact")

@@ -47,6 +47,8 @@ DOCUMENTED: dict[str, str] = {
     "./laketide reconcile --start <hour>": "run",
     "./laketide snapshots": "run",
     "./laketide snapshots --stream S": "run",
+    "./laketide archive --dry-run": "run",
+    "./laketide archive": "run",
     f"./laketide submit backfill.py --stream clicks {HOURS}": "run",
     "./laketide submit ingest_stream.py --stream clicks --mode incremental": "print",
     "./laketide submit --print ...": "print",

@@ -20,7 +20,6 @@ Stdlib only: producers and Airflow tasks import this without Spark.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -110,32 +109,32 @@ def move_files(landing_path: str | Path, names: Iterable[str], *, to_archive: bo
     meanwhile, is left out). Every data file is renamed before the audit records; the folders are synced once, at
     the end. A rename is atomic: whatever the moment of a crash, each file is in one of its two places, and
     whoever reads an hour's files lists ``data/`` before the archive (and ``audit/`` before it), so finds it."""
-    moves: list[tuple[str, Path, Path]] = []
+    archive = archive_dir(landing_path)
+    kept: dict[str, Path] = {}  # the archive folder of each file, by name
     for name in names:
-        hour = name_hour(name)
-        if hour is None or hidden(name):
+        match = FILE_NAME.match(name)
+        if match is None:
             raise ValueError(f"only a data file named by the contract has an hour to archive it in: {name!r}")
-        moves.append((name, data_dir(landing_path), hour_archive(landing_path, hour)))
+        kept[name] = archive / match.group("hour")
+    made: set[Path] = set()
     touched: set[Path] = set()
-    moved: list[str] = []
-    for name, live, kept in moves:
-        source, target = (live, kept) if to_archive else (kept, live)
-        target.mkdir(parents=True, exist_ok=True)
+
+    def rename(live: Path, folder: Path, file: str) -> bool:
+        source, target = (live, folder) if to_archive else (folder, live)
+        if target not in made:
+            target.mkdir(parents=True, exist_ok=True)
+            made.add(target)
         try:
-            os.rename(source / name, target / name)
+            os.rename(source / file, target / file)
         except FileNotFoundError:
-            continue
-        moved.append(name)
-        touched |= {source, target}
+            return False
+        touched.update((source, target))
+        return True
+
+    data, audits = data_dir(landing_path), audit_dir(landing_path)
+    moved = [name for name, folder in kept.items() if rename(data, folder, name)]
     for name in moved:  # the audit records after every data file (a file without one: its verification named it)
-        hour = name_hour(name)
-        assert hour is not None
-        live, kept = audit_dir(landing_path), hour_archive(landing_path, hour)
-        source, target = (live, kept) if to_archive else (kept, live)
-        target.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(source / audit_name(name), target / audit_name(name))
-            touched |= {source, target}
+        rename(audits, kept[name], audit_name(name))
     for folder in touched:
         _sync_dir(folder)
     return moved
