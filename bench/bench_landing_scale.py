@@ -64,8 +64,8 @@ def land(landing: Path, files: int, per_hour: int) -> datetime:
     """``files`` one-event files with their audit records (contract names and records; written directly, without
     the contract's fsyncs, to land them fast), ``per_hour`` an hour, the newest in the current hour; their
     modification times spread evenly. Returns the current hour."""
-    from laketide.ingest.landing import AUDIT_VERSION, audit_dir, audit_name, data_dir
-    from laketide.lake.hours import partition_key
+    from bench.bench_seen_files import one_event_file
+    from laketide.ingest.landing import audit_dir, data_dir
 
     data, audits = data_dir(landing), audit_dir(landing)
     data.mkdir(parents=True)
@@ -75,16 +75,7 @@ def land(landing: Path, files: int, per_hour: int) -> datetime:
     step = timedelta(hours=1) / per_hour
     newest = min(now - timedelta(seconds=30), current + (files % per_hour or per_hour) * step)
     for i in range(files):
-        at = newest - (files - 1 - i) * step
-        hour = partition_key(at)
-        name = f"{at:%Y%m%dT%H}-year-{i:08d}-{i:08x}.jsonl"
-        (audits / audit_name(name)).write_text(json.dumps({
-            "version": AUDIT_VERSION, "stream": "clicks", "file": name, "producer": "year", "records": 1,
-            "partitions": {hour: 1}, "produced_at": at.isoformat()}))
-        path = data / name
-        path.write_text(json.dumps({"event_id": f"e{i}", "event_time": at.isoformat(), "user_id": i,
-                                    "page": "/p"}) + "\n")
-        os.utime(path, (at.timestamp(), at.timestamp()))
+        one_event_file(data, audits, newest - (files - 1 - i) * step, i, "year")
     return current
 
 

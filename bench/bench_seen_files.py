@@ -61,8 +61,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def land(landing: Path, files: int, days: int) -> None:
     """``files`` one-event files with their audit records (the contract's names and records; written directly,
     without the contract's fsyncs, to land them fast), modification times spread evenly over ``days``."""
-    from laketide.ingest.landing import AUDIT_VERSION, audit_dir, audit_name, data_dir
-    from laketide.lake.hours import partition_key
+    from laketide.ingest.landing import audit_dir, data_dir
 
     data, audits = data_dir(landing), audit_dir(landing)
     data.mkdir(parents=True)
@@ -70,16 +69,23 @@ def land(landing: Path, files: int, days: int) -> None:
     end = datetime.now(UTC) - timedelta(hours=1)
     step = timedelta(days=days) / files
     for i in range(files):
-        at = end - (files - i) * step
-        hour = partition_key(at)
-        name = f"{at:%Y%m%dT%H}-long-{i:08d}-{i % 0xFFFFFFFF:08x}.jsonl"
-        (audits / audit_name(name)).write_text(json.dumps({
-            "version": AUDIT_VERSION, "stream": "clicks", "file": name, "producer": "long", "records": 1,
-            "partitions": {hour: 1}, "produced_at": at.isoformat()}))
-        path = data / name
-        path.write_text(json.dumps({"event_id": f"e{i}", "event_time": at.isoformat(), "user_id": i,
-                                    "page": "/p"}) + "\n")
-        os.utime(path, (at.timestamp(), at.timestamp()))
+        one_event_file(data, audits, end - (files - i) * step, i, "long")
+
+
+def one_event_file(data: Path, audits: Path, at: datetime, i: int, producer: str) -> None:
+    """Event ``i`` of time ``at`` in a landing file of its own, with its audit record (the contract's name and
+    record, written directly without the contract's fsyncs, to land many fast), modified at ``at``."""
+    from laketide.ingest.landing import AUDIT_VERSION, audit_name
+    from laketide.lake.hours import partition_key
+
+    name = f"{at:%Y%m%dT%H}-{producer}-{i:08d}-{i % 0xFFFFFFFF:08x}.jsonl"
+    (audits / audit_name(name)).write_text(json.dumps({
+        "version": AUDIT_VERSION, "stream": "clicks", "file": name, "producer": producer, "records": 1,
+        "partitions": {partition_key(at): 1}, "produced_at": at.isoformat()}))
+    path = data / name
+    path.write_text(json.dumps({"event_id": f"e{i}", "event_time": at.isoformat(), "user_id": i, "page": "/p"})
+                    + "\n")
+    os.utime(path, (at.timestamp(), at.timestamp()))
 
 
 def days(value: str) -> int:
