@@ -141,11 +141,13 @@ def redo_holds(config: LaketideConfig, stream: StreamConfig) -> str | None:
     """A description of a live redo holding ``stream``'s writer lease, or None."""
     from laketide.lake.lease import REDO_MODE, WriterLease, engine_for
 
-    lease = WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, "archive")
+    engine = engine_for(config.catalog)
     try:
-        holder = lease.live_holder()
-    except Exception:
+        holder = WriterLease(engine, stream.writer_id, stream.writer_lease, "archive").live_holder()
+    except Exception:  # no lease table yet: no writer nor redo ever ran
         return None
+    finally:
+        engine.dispose()  # one look per close: no pool left open on the catalog's database
     return None if holder is None or holder.mode != REDO_MODE else holder.describe(time.time())
 
 
