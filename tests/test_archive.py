@@ -10,6 +10,11 @@ that must re-ingest archived files."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +27,19 @@ from laketide.close.closing import close, find_reopened, verify
 from laketide.close.reconcile import reconcile
 from laketide.close.verify import verify_partition
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.ingest.landing import archive_dir, audit_dir, audit_name, data_dir, hour_archive, name_hour
+from laketide.ingest.landing import (
+    archive_dir,
+    audit_dir,
+    audit_name,
+    data_dir,
+    hour_archive,
+    name_hour,
+    stray_audits,
+)
 from laketide.lake.catalog import load_catalog
 from laketide.lake.checkpoint_log import batch_ids, log_offset, source_entries
 from laketide.lake.hours import parse_partition
-from tests.helpers import ingest, load, unique_catalog, write_config
+from tests.helpers import config_env, ingest, load, unique_catalog, write_config
 from tests.test_writer import assert_exactly_once, produce
 
 pytestmark = pytest.mark.slow
@@ -197,3 +210,44 @@ def test_a_redo_reingests_archived_files_and_they_are_archived_again_at_the_recl
     assert archived(stream, HOURS[2]) == third and late <= archived(stream, HOURS[0])
     assert sorted(p.name for p in archive_dir(stream.landing_path).iterdir()) == [
         ".lock", "20261120T08", "20261120T09", "20261120T10"]
+
+
+def test_a_sweep_killed_between_its_renames_loses_nothing_and_the_next_one_finishes(spark: Any, lake: Lake,
+                                                                                     tmp_path: Path) -> None:
+    """A new hour, closed while archiving is off, then ``./laketide archive`` (a real process) SIGKILLed once every
+    data file is in the archive and no audit record yet: verification and reconcile still add up, and the next
+    sweep takes the audit records along."""
+    stream = lake.stream
+    hour = "2026-11-20T11:00:00+00:00"
+    produce(lake.config_path, "--start", hour, "--hours", "1", "--events-per-hour", "150", "--events-per-file", "50",
+            "--seed", "34")
+    ingest(spark, lake.config_path)
+    names = live(stream)
+    assert len(names) == 3
+    off = lake.config.model_copy(update={"streams": [stream.model_copy(update={"archive_closed_hours": False})]})
+    close(off, off.stream("clicks"), verify(off, off.stream("clicks"), parse_partition(hour)))
+    assert live(stream) == names
+
+    faults = tmp_path / "faults"
+    sweep = subprocess.Popen([sys.executable, "-m", "laketide.cli", "archive", "--stream", "clicks"],
+                             env=config_env(lake.config_path, LAKETIDE_FAULT="archive_audits:0",
+                                            LAKETIDE_FAULT_DIR=str(faults)), start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (faults / "archive_audits-0.reached").exists():
+        assert sweep.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait(timeout=30)
+    assert live(stream) == set() and archived(stream, hour) == names
+    assert archived_audits(stream, hour) == set()
+    assert {p.name for p in audit_dir(stream.landing_path).iterdir()} == {audit_name(n) for n in names}
+    assert stray_audits(stream.landing_path) == sorted(names)
+    result = verify_partition(lake.config, stream, parse_partition(hour))
+    assert result.success and result.audit == 150 and not result.findings, result.failures
+    assert reconcile(lake.config, stream).ok
+    assert_exactly_once(lake.config_path)
+
+    archive_closed(lake.config, stream)  # the next sweep (or close) takes the records along
+    assert archived_audits(stream, hour) == {audit_name(n) for n in names}
+    assert list(audit_dir(stream.landing_path).iterdir()) == []
+    assert_exactly_once(lake.config_path)

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import os
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
@@ -37,8 +38,19 @@ from datetime import datetime
 from pathlib import Path
 
 from laketide.config import LaketideConfig, StreamConfig
+from laketide.ingest.faultpoints import maybe_pause
 from laketide.ingest.inspection import Landed, landed_files
-from laketide.ingest.landing import archive_dir, data_dir, hidden, move_files, name_hour
+from laketide.ingest.landing import (
+    archive_dir,
+    audit_dir,
+    audit_name,
+    data_dir,
+    hidden,
+    hour_archive,
+    move_files,
+    name_hour,
+    stray_audits,
+)
 from laketide.lake.checkpoint_log import committed_source_batch, file_name, log_files, log_lines, source_log
 from laketide.lake.hours import partition_key
 
@@ -177,13 +189,35 @@ def archive_closed(config: LaketideConfig, stream: StreamConfig, hours: dict[str
             assert f.hour is not None
             result.kept[f.hour] = result.kept.get(f.hour, 0) + 1
         hour_of = {f.name: f.hour for f in done}
-        for name in list(hour_of) if dry_run else move_files(stream.landing_path, hour_of, to_archive=True):
+        if not dry_run:  # the audit records an earlier move left behind when it was cut off, first
+            stray_moved(stream)
+
+        def between() -> None:  # every data file moved, no audit record yet (a fault-injection test kills here)
+            maybe_pause("archive_audits", 0, stream.name)
+
+        for name in list(hour_of) if dry_run else move_files(stream.landing_path, hour_of, to_archive=True,
+                                                              between=between):
             hour = hour_of[name]
             assert hour is not None
             result.moved[hour] = result.moved.get(hour, 0) + 1
     if result.moved or result.kept:
         log.info("%s", result.line())
     return result
+
+
+def stray_moved(stream: StreamConfig) -> int:
+    """Move into the archive the audit records whose data file is there already (a sweep killed between its two
+    renames); return how many."""
+    strays = stray_audits(stream.landing_path)
+    for name in strays:
+        hour = name_hour(name)
+        assert hour is not None
+        os.rename(audit_dir(stream.landing_path) / audit_name(name), hour_archive(stream.landing_path, hour)
+                  / audit_name(name))
+    if strays:
+        log.info("%s: %d audit record(s) left in audit/ by a cut-off move, moved beside their data files",
+                 stream.name, len(strays))
+    return len(strays)
 
 
 def restore(landing_path: str | Path, names: Collection[str]) -> int:

@@ -14,6 +14,9 @@ let a second writer overtake it). Points, in the order a batch passes them:
   ``main`` yet
 * ``between_tables``: the rejects are committed, the events are not published
 * ``after_commit``: both Iceberg commits are done, Spark has not yet recorded the batch as committed
+
+and, outside the writer, ``archive_audits`` (batch 0): an archive sweep (``laketide.close.archive``) has moved
+its data files into the archive, not yet their audit records.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from pathlib import Path
 
 POINTS = ("batch_start", "before_commit", "between_tables", "after_commit",
           # an upsert stream's merge (laketide.ingest.merge_sink), after the change log's commit
-          "before_tombstones", "before_merge", "after_merge")
+          "before_tombstones", "before_merge", "after_merge",
+          # an archive sweep of closed hours' landing files (laketide.close.archive), between its two renames
+          "archive_audits")
 
 
 def armed(point: str, batch_id: int, stream: str = "") -> str | None:

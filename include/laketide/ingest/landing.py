@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,12 +103,14 @@ def landed_path(landing_path: str | Path, name: str) -> Path:
     return kept if kept.exists() else live
 
 
-def move_files(landing_path: str | Path, names: Iterable[str], *, to_archive: bool) -> list[str]:
+def move_files(landing_path: str | Path, names: Iterable[str], *, to_archive: bool,
+               between: Callable[[], None] | None = None) -> list[str]:
     """Move the data files ``names`` and their audit records between ``data/`` + ``audit/`` and their hours'
     archive folders (``to_archive``, or back); return the names moved (a file not where it is moved from, moved
-    meanwhile, is left out). Every data file is renamed before the audit records; the folders are synced once, at
-    the end. A rename is atomic: whatever the moment of a crash, each file is in one of its two places, and
-    whoever reads an hour's files lists ``data/`` before the archive (and ``audit/`` before it), so finds it."""
+    meanwhile, is left out). Every data file is renamed before the audit records (``between`` is called in
+    between); the folders are synced once, at the end. A rename is atomic: whatever the moment of a crash, each file
+    is in one of its two places, and whoever reads an hour's files lists ``data/`` before the archive (and
+    ``audit/`` before it), so finds it; :func:`stray_audits` names the audit records a crash left behind."""
     archive = archive_dir(landing_path)
     kept: dict[str, Path] = {}  # the archive folder of each file, by name
     for name in names:
@@ -133,11 +135,29 @@ def move_files(landing_path: str | Path, names: Iterable[str], *, to_archive: bo
 
     data, audits = data_dir(landing_path), audit_dir(landing_path)
     moved = [name for name, folder in kept.items() if rename(data, folder, name)]
+    if between is not None:
+        between()
     for name in moved:  # the audit records after every data file (a file without one: its verification named it)
         rename(audits, kept[name], audit_name(name))
     for folder in touched:
         _sync_dir(folder)
     return moved
+
+
+def stray_audits(landing_path: str | Path) -> list[str]:
+    """The data files (names) already in their hour's archive folder whose audit record is still in ``audit/``:
+    a move cut off between its two renames (the next move into the archive takes them along)."""
+    folder = audit_dir(landing_path)
+    if not folder.is_dir():
+        return []
+    live = data_dir(landing_path)
+    out = []
+    for entry in os.scandir(folder):
+        name = entry.name[: -len(AUDIT_SUFFIX)] + DATA_SUFFIX if entry.name.endswith(AUDIT_SUFFIX) else ""
+        match = FILE_NAME.match(name)
+        if match and not (live / name).exists() and (archive_dir(landing_path) / match.group("hour") / name).exists():
+            out.append(name)
+    return sorted(out)
 
 
 def audit_name(data_file_name: str) -> str:
