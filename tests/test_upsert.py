@@ -582,7 +582,12 @@ def test_maintenance_beside_a_live_upsert_writer_compacts_its_deletes_and_change
         producer.start()
         request = maintain_plan.validate_request(config, "lake.accounts", "rewrite_data_files", False)
         for run in range(2):  # each compaction with merges committing beside it
-            time.sleep(3)  # merges with position deletes between compactions
+            # merges with position deletes between compactions: a delete file to compact, however slow the machine
+            # (a fixed 3 s wait once found the table with one data file and no delete: nothing to compact)
+            deadline = time.monotonic() + 180
+            while 1 not in catalog.load_table("lake.accounts").inspect.files().column("content").to_pylist():
+                assert writer.poll() is None and time.monotonic() < deadline, writer_log(config_path)[-5000:]
+                time.sleep(0.5)
             outcomes += [r.outcome for r in maintain_job.run(config, spark, request, f"live-upsert-{run}")]
             assert writer.poll() is None, writer_log(config_path)[-5000:]
     finally:
