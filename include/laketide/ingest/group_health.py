@@ -58,11 +58,11 @@ class Watch:
         w.state, w.reason = "held out", reason  # the state says "held out": the reason says why and what to do
         w.error = StreamFailedError(f"stream {w.stream.name!r} held out: {reason}")
         w.retry_at = time.monotonic() + STATUS_INTERVAL
+        self._report(w)  # the status first: whoever reads the log line or the alert finds the stream held out
         if w.reason not in w.alerted:
             w.alerted.add(w.reason)
             log.error("stream %s held out: %s", w.stream.name, w.reason)
             writer_alert(self.config, "writer held out", w.stream.name, w.reason, self.name)
-        self._report(w)
 
     def _queue_turns(self) -> None:
         """After the application died with batches in flight (``laketide.ingest.failures``): the streams whose
