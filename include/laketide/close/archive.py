@@ -31,7 +31,6 @@ import fcntl
 import json
 import logging
 import os
-import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -151,16 +150,13 @@ def archivable(stream: StreamConfig, closed: dict[str, datetime], files: list[La
 
 def redo_holds(config: LaketideConfig, stream: StreamConfig) -> str | None:
     """A description of a live redo holding ``stream``'s writer lease, or None."""
-    from laketide.lake.lease import REDO_MODE, WriterLease, engine_for
+    from laketide.lake.lease import engine_for, live_redo
 
     engine = engine_for(config.catalog)
     try:
-        holder = WriterLease(engine, stream.writer_id, stream.writer_lease, "archive").live_holder()
-    except Exception:  # no lease table yet: no writer nor redo ever ran
-        return None
+        return live_redo(engine, stream.writer_id, stream.writer_lease)
     finally:
         engine.dispose()  # one look per close: no pool left open on the catalog's database
-    return None if holder is None or holder.mode != REDO_MODE else holder.describe(time.time())
 
 
 def archive_closed(config: LaketideConfig, stream: StreamConfig, hours: dict[str, datetime] | None = None, *,

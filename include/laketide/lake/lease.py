@@ -249,3 +249,13 @@ class WriterLease:
                                                       self.table.c.owner == self.owner))
         except Exception as exc:
             log.warning("writer %s: lease not released (it expires by itself): %s", self.writer_id, exc)
+
+
+def live_redo(engine: Engine, writer_id: str, ttl: timedelta) -> str | None:
+    """A description of the live redo holding ``writer_id``'s lease (see ``laketide.redo.job``), or None; None too
+    when the lease table does not exist yet (no writer nor redo ever ran)."""
+    try:
+        holder = WriterLease(engine, writer_id, ttl, REDO_MODE).live_holder()
+    except Exception:
+        return None
+    return None if holder is None or holder.mode != REDO_MODE else holder.describe(time.time())

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.close.archive import restore
+from laketide.close.archive import redo_holds, restore
 from laketide.close.partitions import State
 from laketide.close.status import StatusRecord, record
 from laketide.config import LaketideConfig, StreamConfig
@@ -102,12 +102,7 @@ def lease_of(config: LaketideConfig, stream: StreamConfig) -> WriterLease:
 
 def running_redo(config: LaketideConfig, stream: StreamConfig) -> str | None:
     """A description of a live redo of ``stream`` (from the writer lease), or None."""
-    lease = lease_of(config, stream)
-    try:
-        holder = lease.live_holder()
-    except Exception:  # no lease table yet
-        return None
-    return None if holder is None or holder.mode != REDO_MODE else holder.describe(time.time())
+    return redo_holds(config, stream)
 
 
 def hold(config: LaketideConfig, stream: StreamConfig, wait: timedelta) -> WriterLease:
