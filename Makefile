@@ -18,7 +18,8 @@ jars: ## Provision the Iceberg/Jackson/JDBC jars for Spark (idempotent, no Maven
 run: setup ## Run laketide on embedded defaults: Airflow standalone + sample producer + continuous writer
 	@scripts/run.sh
 
-test: setup lint test-jvm bytecode ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow) on two workers
+test: setup ## Set up, lint, and run the whole test suite (real Spark, Iceberg, Airflow) on two workers
+	@$(MAKE) --no-print-directory -j2 lint test-jvm bytecode  # side by side: mypy and the archive's writer run use one core each
 	@$(VENV)/pytest -q -n 2 --dist loadfile
 
 test-fast: setup test-jvm bytecode ## The quick inner loop: pure and unit tests and the cheapest real-Spark ones (not -m slow)

@@ -20,8 +20,9 @@ import logging
 import os
 import sys
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from laketide.config import get_config
+from laketide.config import LaketideConfig, get_config
 from laketide.errors import (
     CatalogUnavailableError,
     CheckpointMismatchError,
@@ -33,13 +34,16 @@ from laketide.errors import (
     exit_code,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 EXIT_CODES: dict[type[Exception], int] = {
     ConfigError: 2, RequestError: 2, CheckpointMismatchError: 3, RedoBusyError: 4, WriterBusyError: 4,
     WriterFencedError: 5, CatalogUnavailableError: 6,
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream", required=True, help="stream name from the configuration")
     parser.add_argument("--snapshot-id", default=None, help="the events table's snapshot to return to")
@@ -52,16 +56,28 @@ def main(argv: list[str] | None = None) -> int:
                              "one to finish an interrupted redo")
     parser.add_argument("--user", default=None, help="who asked (default: the OS user)")
     parser.add_argument("--wait", type=float, default=900.0, help="seconds to wait for the writer to stop")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     from laketide import logs
 
     logs.setup()
+    return execute(args)
+
+
+def execute(args: argparse.Namespace, session: SparkSession | None = None,
+            configured: LaketideConfig | None = None) -> int:
+    """The job on parsed ``args``: its output on stdout and stderr, its exit code returned. ``session``: a running
+    SparkSession to redo in, left running (by default the job builds its own and stops it); ``configured``: the
+    configuration (by default ``LAKETIDE_CONFIG``'s)."""
     from laketide.redo.job import run
     from laketide.redo.params import validate
 
     spark = None
     try:
-        config = get_config()
+        config = configured or get_config()
         run_id = args.run_id or f"manual-{datetime.now(UTC):%Y%m%dT%H%M%S}"
         request = validate(config, args.stream, args.snapshot_id, args.at, args.start, args.end, args.dry_run,
                            run_id, args.user or getpass.getuser())
@@ -71,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
 
             check_new_run(config, request)
 
-            spark = build_session(config, f"laketide-redo-{request.stream}")
+            spark = session or build_session(config, f"laketide-redo-{request.stream}")
         result = run(config, spark, request, timedelta(seconds=args.wait))
     except tuple(EXIT_CODES) as exc:  # by the nearest mapped class (a SchemaChangeError is a ConfigError: 2)
         print(f"error: {exc}", file=sys.stderr)
         return exit_code(exc, EXIT_CODES) or 1
     finally:
-        if spark is not None:
+        if spark is not None and session is None:
             spark.stop()
     print("\n".join(result.report))
     print(json.dumps(result.hours, sort_keys=True))

@@ -159,16 +159,10 @@ def ingest(spark: Any, config_path: Path, group: str | None = None) -> None:
     import logging
 
     from laketide.ingest.group import run_group
-    from laketide.lake.spark import use_catalog
     from laketide.logs import FORMAT, name_streams
 
     config = load(config_path)
-    name, uri = config.catalog.name, config.catalog.uri
-    bound = SESSION_CATALOGS.setdefault(name, uri)
-    if bound != uri:
-        raise AssertionError(f"catalog name {name!r} already serves {bound} in this test process's SparkSession: "
-                             "give the configuration a name of its own: write_config(catalog_name=unique_catalog(...))")
-    use_catalog(spark, config)
+    bind_catalog(spark, config)
     streams = config.group(group) if group else [config.stream("clicks")]
     handler = name_streams(logging.FileHandler(config_path.parent / "writer.log"))
     handler.setFormatter(logging.Formatter(FORMAT))
@@ -182,6 +176,18 @@ def ingest(spark: Any, config_path: Path, group: str | None = None) -> None:
         logger.removeHandler(handler)
         logger.setLevel(level)
         handler.close()
+
+
+def bind_catalog(spark: Any, config: LaketideConfig) -> None:
+    """Point the test process's SparkSession at ``config``'s catalog (see :func:`ingest`)."""
+    from laketide.lake.spark import use_catalog
+
+    name, uri = config.catalog.name, config.catalog.uri
+    bound = SESSION_CATALOGS.setdefault(name, uri)
+    if bound != uri:
+        raise AssertionError(f"catalog name {name!r} already serves {bound} in this test process's SparkSession: "
+                             "give the configuration a name of its own: write_config(catalog_name=unique_catalog(...))")
+    use_catalog(spark, config)
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:

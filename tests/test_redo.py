@@ -72,6 +72,40 @@ def redo(config_path: Path, *args: str, timeout: float = 400) -> int:
         raise
 
 
+def redo_here(spark: Any, config_path: Path, *args: str) -> int:
+    """The redo job of ``spark_jobs/redo.py`` (its params, its exit codes, its report) run on this process's
+    SparkSession instead of a process of its own, as :func:`tests.helpers.ingest` runs the writer: for the tests of
+    what a redo does to the lake. What is about the job's process (a SIGKILL, a run held by a live writer, the refusals
+    made before Spark starts) runs it as a process (:func:`redo`). Its output and log go to the home's ``redo.log``."""
+    import contextlib
+    import importlib.util
+    import logging
+
+    from laketide.logs import FORMAT, name_streams
+    from tests.helpers import bind_catalog
+
+    spec = importlib.util.spec_from_file_location("laketide_redo_job", REDO)
+    assert spec is not None and spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    config = load(config_path)
+    bind_catalog(spark, config)
+    logger = logging.getLogger("laketide")
+    level = logger.level
+    with open(config_path.parent / "redo.log", "a") as out:
+        handler = name_streams(logging.StreamHandler(out))
+        handler.setFormatter(logging.Formatter(FORMAT))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                code: int = job.execute(job.parse(["--stream", "clicks", *args]), spark, config)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    return code
+
+
 def redo_log(config_path: Path) -> str:
     path = config_path.parent / "redo.log"
     return path.read_text(errors="replace") if path.exists() else ""
@@ -199,8 +233,8 @@ def test_dry_run_reports_and_changes_nothing(lake: Lake) -> None:
 def test_redo_restores_every_hour_and_the_writer_resumes_exactly_once(spark: Any, lake: Lake) -> None:
     with pytest.raises(AssertionError):
         assert_exactly_once(lake.config_path)  # corrupted by the previous test
-    assert redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "fix-1",
-                "--user", "alice") == 0, redo_log(lake.config_path)
+    assert redo_here(spark, lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false",
+                     "--run-id", "fix-1", "--user", "alice") == 0, redo_log(lake.config_path)
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
     assert backup_path(lake.stream.checkpoint_path, "fix-1").is_dir()
@@ -218,10 +252,12 @@ def test_redo_restores_every_hour_and_the_writer_resumes_exactly_once(spark: Any
     assert_checkpoint_matches(lake)
 
 
-def test_redo_twice_gives_the_same_table(lake: Lake) -> None:
-    assert redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "again-1") == 0
+def test_redo_twice_gives_the_same_table(spark: Any, lake: Lake) -> None:
+    assert redo_here(spark, lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false",
+                     "--run-id", "again-1") == 0
     first = table_content(lake)
-    assert redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "again-2") == 0
+    assert redo_here(spark, lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false",
+                     "--run-id", "again-2") == 0
     assert table_content(lake) == first
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
@@ -242,7 +278,8 @@ def test_a_redo_killed_midway_finishes_when_run_again(spark: Any, lake: Lake) ->
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     # run again with the same run id (the dead redo's lease is taken over at once on this host), it finishes
-    assert redo(lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false", "--run-id", "kill-1") == 0, \
+    assert redo_here(spark, lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false",
+                     "--run-id", "kill-1") == 0, \
         redo_log(lake.config_path)
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
@@ -353,7 +390,7 @@ def test_a_table_rolled_back_by_hand_is_redone_from_its_current_snapshot(spark: 
     assert run_writer(lake.config_path) == 3
     assert "is ahead of the table" in writer_log(lake.config_path)
     time.sleep(0.01)
-    assert redo(lake.config_path, "--at", datetime.now(UTC).isoformat(), "--dry-run", "false",
+    assert redo_here(spark, lake.config_path, "--at", datetime.now(UTC).isoformat(), "--dry-run", "false",
                 "--run-id", "by-hand-1") == 0, redo_log(lake.config_path)
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
@@ -385,8 +422,8 @@ def test_redo_on_postgresql(spark: Any, tmp_path: Path) -> None:
         lake = Lake(config_path, config, good)
         expected = table_content(lake)
         corrupt(lake)
-        assert redo(config_path, "--snapshot-id", str(good), "--dry-run", "false", "--run-id", "pg-1") == 0, \
-            redo_log(config_path)
+        assert redo_here(spark, config_path, "--snapshot-id", str(good), "--dry-run", "false",
+                         "--run-id", "pg-1") == 0, redo_log(config_path)
         assert table_content(lake) == expected
         assert_exactly_once(config_path)
         assert_checkpoint_matches(lake)

@@ -27,7 +27,7 @@ from laketide.ingest.schema import REQUIRED_PROPERTY, SchemaChange, plan_change,
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import parse_partition, partition_key
 from tests.helpers import STREAM_FIELDS, ingest, load, write_config, writer_log
-from tests.test_redo import redo, redo_log
+from tests.test_redo import redo_here, redo_log
 from tests.test_writer import assert_exactly_once
 
 H0 = parse_partition("2026-11-19T08:00:00+00:00")
@@ -187,7 +187,8 @@ def test_a_field_added_mid_stream(spark: Any, tmp_path: Path) -> None:
         assert verify_partition(config, config.stream("clicks"), hour).success
 
     # a redo from the snapshot before the change: hour 1's files again, under the new schema
-    assert redo(config_path, "--snapshot-id", str(before_change), "--dry-run", "false", "--run-id", "across-1") == 0, \
+    assert redo_here(spark, config_path, "--snapshot-id", str(before_change), "--dry-run", "false",
+                     "--run-id", "across-1") == 0, \
         redo_log(config_path)
     assert assert_exactly_once(config_path) == counts
     again = rows_of(config_path)

@@ -41,7 +41,7 @@ from tests.helpers import (
     write_config,
     writer_log,
 )
-from tests.test_redo import redo, redo_log
+from tests.test_redo import redo_here, redo_log
 
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
 FIELDS, UPSERT = ACCOUNT_FIELDS, ACCOUNT_UPSERT
@@ -234,7 +234,7 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     twice = verify_partition(config, stream, H0)
     assert any("1 key(s) held more than once" in f for f in twice.failures), twice.failures
     first = catalog.load_table("lake.account_changes").metadata.snapshots[0].snapshot_id
-    assert redo(config_path, "--snapshot-id", str(first), "--dry-run", "false", "--run-id", "upsert-redo",
+    assert redo_here(spark, config_path, "--snapshot-id", str(first), "--dry-run", "false", "--run-id", "upsert-redo",
                 "--user", "alice") == 0, redo_log(config_path)
     assert "rebuilding it from the change log" in redo_log(config_path)
     assert merged(config_path) == fold(landing.changes) == {
@@ -295,16 +295,16 @@ def test_copy_on_write_merges_the_fold_without_delete_files(spark: Any, tmp_path
 
 
 @pytest.mark.slow
-def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: Path) -> None:
+def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(spark: Any, tmp_path: Path) -> None:
     """The real writer process SIGKILLed after the change log's commit, then (replaying that batch) before its merge,
     then after the merge (before the checkpoint), then after a merge's data files were written (before its commit),
-    changes landing in between: each restart leaves the merged table equal to the fold, every change logged once."""
-    config_path = upsert_config(tmp_path, catalog="laketide")
+    changes landing in between: each restart leaves the merged table equal to the fold, every change logged once.
+    The first batch and the last restart, which only ingest, run on this process's session."""
+    config_path = upsert_config(tmp_path)
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
     landing.land([change("a", 1, "c", 1), change("b", 1, "c", 1)])
-    first = start_writer(config_path)
-    assert first.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
+    ingest(spark, config_path)
     landing.land([change("a", 2, "u", 2), change("b", 2, "d"), change("c", 1, "c", 3)])
     faults = tmp_path / "faults"
     for point, more in (("after_commit", [change("c", 2, "u", 4), change("b", 1, "c", 9, cid="b-late")]),
@@ -334,8 +334,7 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(tmp_path: P
     os.killpg(writer.pid, signal.SIGSTOP)
     assert sorted((table / "metadata").glob("*.metadata.json")) == versions  # the merge is not committed
     kill_group(writer)
-    again = start_writer(config_path)
-    assert again.wait(timeout=300) == 0, writer_log(config_path)[-3000:]
+    ingest(spark, config_path)
     assert merged(config_path) == fold(landing.changes) == {"c": (3, 7, None), "d": (2, 6, None), "e": (1, 8, None)}
     config = load(config_path)
     log_rows = load_catalog(config.catalog).load_table("lake.account_changes").scan().to_arrow()
