@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -156,26 +157,35 @@ def ingest(spark: Any, config_path: Path, group: str | None = None) -> None:
     two processes at once, exit codes, the JVM's memory) starts the process (:func:`start_writer`,
     :func:`run_writer`). The configuration needs a catalog name of its own (:func:`unique_catalog`): Spark keeps
     the catalog of a name it has served, so a name must keep meaning one catalog database in this process."""
-    import logging
-
     from laketide.ingest.group import run_group
-    from laketide.logs import FORMAT, name_streams
 
     config = load(config_path)
     bind_catalog(spark, config)
     streams = config.group(group) if group else [config.stream("clicks")]
-    handler = name_streams(logging.FileHandler(config_path.parent / "writer.log"))
-    handler.setFormatter(logging.Formatter(FORMAT))
+    with logged_to(config_path.parent / "writer.log"):
+        run_group(config, streams, "incremental", spark)
+
+
+@contextlib.contextmanager
+def logged_to(path: Path) -> Iterator[TextIO]:
+    """laketide's log lines (INFO and up, each naming its stream) appended to ``path`` inside the block, as a job's
+    process writes its log; yields the open file (for the job's own output)."""
+    import logging
+
+    from laketide.logs import FORMAT, name_streams
+
     logger = logging.getLogger("laketide")
     level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        run_group(config, streams, "incremental", spark)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        handler.close()
+    with path.open("a") as out:
+        handler = name_streams(logging.StreamHandler(out))
+        handler.setFormatter(logging.Formatter(FORMAT))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            yield out
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def bind_catalog(spark: Any, config: LaketideConfig) -> None:

@@ -7,6 +7,7 @@ The tests of this module share one lake and run in order (each builds on the pre
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -78,32 +79,28 @@ def redo_here(spark: Any, config_path: Path, *args: str) -> int:
     what a redo does to the lake. What is about the job's process (a SIGKILL, a run held by a live writer, the refusals
     made before Spark starts) runs it as a process (:func:`redo`). Its output and log go to the home's ``redo.log``."""
     import contextlib
-    import importlib.util
-    import logging
 
-    from laketide.logs import FORMAT, name_streams
-    from tests.helpers import bind_catalog
+    from tests.helpers import bind_catalog, logged_to
+
+    job = _redo_job()
+    config = load(config_path)
+    bind_catalog(spark, config)
+    with logged_to(config_path.parent / "redo.log") as out, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(out):
+        code: int = job.execute(job.parse(["--stream", "clicks", *args]), spark, config)
+    return code
+
+
+@functools.cache
+def _redo_job() -> Any:
+    """``spark_jobs/redo.py`` as a module (loaded once: it is a script, not part of a package)."""
+    import importlib.util
 
     spec = importlib.util.spec_from_file_location("laketide_redo_job", REDO)
     assert spec is not None and spec.loader is not None
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
-    config = load(config_path)
-    bind_catalog(spark, config)
-    logger = logging.getLogger("laketide")
-    level = logger.level
-    with open(config_path.parent / "redo.log", "a") as out:
-        handler = name_streams(logging.StreamHandler(out))
-        handler.setFormatter(logging.Formatter(FORMAT))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                code: int = job.execute(job.parse(["--stream", "clicks", *args]), spark, config)
-        finally:
-            logger.removeHandler(handler)
-            logger.setLevel(level)
-    return code
+    return job
 
 
 def redo_log(config_path: Path) -> str:
@@ -279,8 +276,7 @@ def test_a_redo_killed_midway_finishes_when_run_again(spark: Any, lake: Lake) ->
     proc.wait(timeout=60)
     # run again with the same run id (the dead redo's lease is taken over at once on this host), it finishes
     assert redo_here(spark, lake.config_path, "--snapshot-id", str(lake.good), "--dry-run", "false",
-                     "--run-id", "kill-1") == 0, \
-        redo_log(lake.config_path)
+                     "--run-id", "kill-1") == 0, redo_log(lake.config_path)
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)
@@ -391,7 +387,7 @@ def test_a_table_rolled_back_by_hand_is_redone_from_its_current_snapshot(spark: 
     assert "is ahead of the table" in writer_log(lake.config_path)
     time.sleep(0.01)
     assert redo_here(spark, lake.config_path, "--at", datetime.now(UTC).isoformat(), "--dry-run", "false",
-                "--run-id", "by-hand-1") == 0, redo_log(lake.config_path)
+                     "--run-id", "by-hand-1") == 0, redo_log(lake.config_path)
     assert table_content(lake) == expected
     assert_exactly_once(lake.config_path)
     assert_checkpoint_matches(lake)

@@ -188,8 +188,7 @@ def test_a_field_added_mid_stream(spark: Any, tmp_path: Path) -> None:
 
     # a redo from the snapshot before the change: hour 1's files again, under the new schema
     assert redo_here(spark, config_path, "--snapshot-id", str(before_change), "--dry-run", "false",
-                     "--run-id", "across-1") == 0, \
-        redo_log(config_path)
+                     "--run-id", "across-1") == 0, redo_log(config_path)
     assert assert_exactly_once(config_path) == counts
     again = rows_of(config_path)
     assert sorted((r["event_id"], r["coupon"]) for r in again) == sorted((r["event_id"], r["coupon"]) for r in rows)

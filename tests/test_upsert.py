@@ -235,7 +235,7 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     assert any("1 key(s) held more than once" in f for f in twice.failures), twice.failures
     first = catalog.load_table("lake.account_changes").metadata.snapshots[0].snapshot_id
     assert redo_here(spark, config_path, "--snapshot-id", str(first), "--dry-run", "false", "--run-id", "upsert-redo",
-                "--user", "alice") == 0, redo_log(config_path)
+                     "--user", "alice") == 0, redo_log(config_path)
     assert "rebuilding it from the change log" in redo_log(config_path)
     assert merged(config_path) == fold(landing.changes) == {
         "a": (5, 55, None), "b": (2, 6, None), "d": (1, 100, None), "f": (10, 1000, "loaded"), "g": (11, 2001, None)}
