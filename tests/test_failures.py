@@ -117,3 +117,28 @@ def test_deaths_of_the_application_name_the_batch_then_hold_its_stream_out(tmp_p
     assert failures.held_out(stream) is None and failures.read(stream)["deaths"] == 0  # type: ignore[index]
     failures.clear(stream, 5)  # the batch committed without it
     assert failures.read(stream) is None
+
+
+def test_a_batch_cut_short_by_a_stop_is_no_failure() -> None:
+    """A stop of the process group ends the JVM and the driver at once: the batch's thread may see the JVM go before
+    the main thread runs the signal's handler. A py4j error waits for the stop a moment; bad input never does."""
+    import threading
+    import time
+
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    from laketide.errors import ConfigError
+
+    failures.stop_asked(False)
+    started = time.monotonic()
+    assert not failures.cut_by_stop(Py4JError("An error occurred while calling o12.append"), wait=0.2)
+    assert time.monotonic() - started >= 0.2  # no stop came: a failure of the batch, recorded as such
+    assert not failures.cut_by_stop(ValueError("bad row"), wait=5)  # not py4j's: no wait, the batch's own
+
+    threading.Timer(0.3, failures.stop_asked).start()  # the handler runs after the batch's thread saw the JVM go
+    try:
+        assert failures.cut_by_stop(Py4JNetworkError("Answer from Java side is empty"), wait=10)
+        assert failures.cut_by_stop(RuntimeError("anything, once the stop is asked"), wait=0)
+        assert not failures.cut_by_stop(ConfigError("a bad stream"), wait=0)  # laketide's own: the batch's fault
+    finally:
+        failures.stop_asked(False)

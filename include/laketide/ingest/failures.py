@@ -22,7 +22,8 @@ flight: the next start (no live writer holds the stream) folds it into the faile
   what to do, while the other streams go on. Moving one of the named files out of ``<landing>/data/`` or deleting
   the failed-batch record lifts it (at the stream's next look, every status interval, or the next start).
 
-A clean stop (SIGTERM, SIGINT) is not a death: the application forgets its in-flight records then.
+A clean stop (SIGTERM, SIGINT) is not a death nor a failure: the application forgets its in-flight records then,
+and a batch the stop cuts short (:func:`cut_by_stop`) is not recorded.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ import json
 import logging
 import os
 import socket
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laketide.errors import CheckpointMismatchError, WriterFencedError
+from laketide.errors import CheckpointMismatchError, LaketideError, WriterFencedError
 
 if TYPE_CHECKING:
     from laketide.config import StreamConfig
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("laketide.ingest.writer")
 #: deaths of the application with the same batch of a stream in flight, in a row, after which it is held out
 HOLD_OUT_AFTER = 2
+#: set while the writer application of this process stops on a signal (:mod:`laketide.ingest.group`)
+_stop = threading.Event()
 
 
 def record_path(stream: StreamConfig) -> Path:
@@ -116,6 +120,26 @@ def jvm_gone(exc: BaseException | None) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def stop_asked(asked: bool = True) -> None:
+    """The writer application of this process was asked to stop (a signal), or starts (``asked=False``)."""
+    if asked:
+        _stop.set()
+    else:
+        _stop.clear()
+
+
+def cut_by_stop(exc: BaseException, wait: float = 1.0) -> bool:
+    """Whether ``exc`` ended a batch because the application is stopping, not because of the batch. A stop of the
+    whole process group (``kill -- -PGID``) ends the JVM too, and a batch's thread can see the JVM go before the
+    main thread runs the signal's handler: after a py4j error the stop is waited for up to ``wait`` seconds. A
+    laketide error (bad input, a fenced writer) is the batch's own, stop or not."""
+    from py4j.protocol import Py4JError
+
+    if isinstance(exc, LaketideError):
+        return False
+    return _stop.is_set() or ((isinstance(exc, Py4JError) or jvm_gone(exc)) and _stop.wait(wait))
 
 
 def _shown(files: list[str]) -> str:

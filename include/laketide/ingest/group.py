@@ -101,6 +101,11 @@ def _no_lost_connection(record: logging.LogRecord) -> bool:
     return record.getMessage() != "Exception while sending command."
 
 
+def _no_proxy_traceback(record: logging.LogRecord) -> bool:
+    """py4j's traceback of a batch that a stop cut short (the writer logged the batch's end in one line)."""
+    return not record.getMessage().startswith("There was an exception while executing the Python Proxy")
+
+
 class Application(Watch):
     """The writers of ``streams`` in one SparkSession (see the module docstring).
 
@@ -283,6 +288,7 @@ class Application(Watch):
         """Run until no stream runs or waits (see the module docstring); the writers, as they ended."""
         from laketide.ingest.runner import stop_file
 
+        failures.stop_asked(False)
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             for w in self.writers:  # a stream another live writer holds waits; none left: no JVM is started
@@ -353,12 +359,16 @@ class Application(Watch):
             if self.metrics is not None:
                 self.metrics.close()
             logging.getLogger().removeFilter(_no_lost_connection)
+            logging.getLogger("py4j.clientserver").removeFilter(_no_proxy_traceback)
+            failures.stop_asked(False)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         """SIGTERM/SIGINT: every stream stops between batches. A stop of the whole process group reaches the JVM too:
         py4j's tracebacks of the connection it loses then (logged at INFO on the root logger) are no news."""
         if not self.stopping:
             logging.getLogger().addFilter(_no_lost_connection)
+            logging.getLogger("py4j.clientserver").addFilter(_no_proxy_traceback)
+            failures.stop_asked()
             for w in self.writers:  # a stop was asked: a batch the JVM's end cuts short is no death of it (now: a
                 failures.forget(w.stream)  # driver under spark-submit may not outlive the JVM by much)
         self.stopping.append(signal.Signals(signum).name)

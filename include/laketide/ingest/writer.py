@@ -245,7 +245,11 @@ class BatchWriter(PublicPath):
         try:
             sink.retrying(f"batch {batch_id} of {stream.name}", write, self.timeout)
         except Exception as exc:
-            failures.record(stream, batch_id, batch, exc, plan=self.commit_path == "internal")
+            if failures.cut_by_stop(exc):  # not the batch's failure: replayed at the next start, nothing recorded
+                log.info("batch %d of stream %s cut short by the stop (%s): it is replayed at the next start",
+                         batch_id, stream.name, sink.root_cause(exc))
+            else:
+                failures.record(stream, batch_id, batch, exc, plan=self.commit_path == "internal")
             raise
         failures.clear(stream, batch_id)
 
