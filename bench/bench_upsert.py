@@ -15,8 +15,9 @@ SparkSession:
     row) and merged by ``MERGE INTO`` with the same conditions, into a table created with the same properties.
 
 Each round runs both in rotated order into fresh tables; rows/s = changes / wall seconds; both merged tables must
-equal the fold of the input (checked). Part 2, growth: one batch of ``--batch-keys`` changes merged by the
-merge sink into a merged table of 100k rows and one of ``--big-rows`` rows (alternated, median of
+equal the fold of the input (checked). Part 2, growth: one batch of ``--batch-keys`` changes (a tenth of them new
+keys) merged by the merge sink (``MergeSink.apply``, as the writer merges a batch) into a merged table of 100k rows
+and one of ``--big-rows`` rows (alternated, median of
 ``--growth-rounds``); the ratio big / small is the figure (target <= 3). Part 3, reads of the big table before
 and after a compaction. With ``--modes``, instead of these parts: the merge modes side by side
 (``bench/upsert_modes.py``).
@@ -51,6 +52,7 @@ from laketide.config.upsert import DELETE_OPERATIONS  # noqa: E402
 from laketide.ingest import landing, merge_sink, runner, tables  # noqa: E402
 from laketide.ingest.columns import record_schema  # noqa: E402
 from laketide.lake.hours import partition_key  # noqa: E402
+from laketide.lake.internals import iceberg_table  # noqa: E402
 from tests.helpers import ACCOUNT_FIELDS, load, write_config  # noqa: E402
 
 if TYPE_CHECKING:
@@ -151,7 +153,8 @@ class Bench:
         return out
 
     def growth(self, rows: int, batch: int, tag: str) -> float:
-        """Seconds of the merge sink's merge of one ``batch``-change increment into a merged table of ``rows``."""
+        """Seconds of the merge sink's merge of one ``batch``-change increment (9 in 10 update a key of the table, 1 in
+        10 inserts a new one) into a merged table of ``rows``."""
         from pyspark.sql import functions as F
 
         stream = self.stream(tag)
@@ -165,15 +168,18 @@ class Bench:
              .writeTo(name).overwrite(F.lit(True)))
         changes = self.spark.range(batch).select(
             F.format_string("x-%d", "id").alias("change_id"), F.lit(H0).alias("changed_at"),
-            F.format_string("acct-%08d", (F.col("id") * 7919) % rows).alias("account_id"),
+            F.when(F.col("id") % 10 == 0, F.format_string("acct-new-%08d", "id"))
+             .otherwise(F.format_string("acct-%08d", (F.col("id") * 7919) % rows)).alias("account_id"),
             F.lit(2).cast("long").alias("version"), F.lit("u").alias("op"), F.lit(5).cast("long").alias("balance"),
             F.lit("active").alias("status"))
         merge_sink.fold(changes, stream).localCheckpoint().createOrReplaceTempView("growth_fold")
         sink = merge_sink.MergeSink(self.config, stream)
+        table = iceberg_table(self.spark, name)
         started = time.monotonic()
-        self.spark.sql(sink._merge_sql("growth_fold"))
+        sink.apply(self.spark, table, "growth_fold", batch, {}, merge_sink.applied_through(table), 0)
         seconds = time.monotonic() - started
         # back to the base rows for the next round (not timed)
+        self.spark.sql(f"DELETE FROM {name} WHERE account_id LIKE 'acct-new-%'")
         self.spark.sql(f"UPDATE {name} SET version = 1 WHERE version = 2")
         return seconds
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from laketide.ingest.landing import data_dir
 from laketide.lake.commits import read_checkpoint
 from tests.helpers import exit_code, freeze, kill_group, load, start_writer, wait_for, wait_lease_silent
 from tests.pg import PgCluster
@@ -162,9 +163,11 @@ def test_catalog_server_stopped_for_30s_under_a_running_writer(tmp_path: Path) -
             time.sleep(30)
             assert proc.poll() is None, log.read_text(errors="replace")[-5000:]
             cluster.start()
-            checkpoint = load(config_path).stream("clicks").checkpoint_path
-            before = read_checkpoint(checkpoint).last_commit or 0
+            stream = load(config_path).stream("clicks")
+            before = read_checkpoint(stream.checkpoint_path).last_commit or 0
             wait_committed(config_path, before + 3, proc, log)
+            files = len(list(data_dir(stream.landing_path).glob("*.jsonl")))
+            wait_committed(config_path, -(-files // 2) - 1, proc, log)  # all of them (2 a batch) before the stop
             stop_writer(config_path, proc, log)
         finally:
             if proc.poll() is None:

@@ -12,8 +12,12 @@ An upsert stream (``upsert`` in its configuration, ``laketide.config.upsert``) k
 3. **Tombstones first**: the folded deletes are appended to ``<table>__tombstones`` (key, sequence, event id), then
 4. **the merge** into the merged table: a change newer than the row replaces it (a delete removes it); a key with
    no row gets the change unless it is a delete or older than one of the key's tombstones (a late insert of a
-   deleted key does not come back). The commit carries ``laketide.writer-id``, ``laketide.batch-id`` and the change-log
-   snapshot it applied through.
+   deleted key does not come back). The commits carry ``laketide.writer-id``, ``laketide.batch-id`` and the
+   change-log snapshot they applied through. A batch of up to :data:`BROADCAST_CHANGES` folded changes is merged on a
+   staging branch (a ``MERGE`` with only ``WHEN MATCHED`` clauses, an inner join that broadcasts the changes, then
+   an append of the keys the table lacks) and ``main`` moves there in one commit, only from the head the branch was
+   made at: the table is scanned, never shuffled, and readers see the batch whole. A bigger one (a catch-up after a
+   long stop) is one ``MERGE`` with a ``WHEN NOT MATCHED`` insert: a join that shuffles the whole table.
 
 **Exactly once** rests on two facts. The change log is written exactly once by the fenced writer. The merge is an
 idempotent fold (each key's row is the greatest change seen, a last-writer-wins register under a total order):
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from laketide import logs
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.config.upsert import DELETE_OPERATIONS, OPERATION_KINDS, UpsertConfig, tombstones_table
-from laketide.errors import WriterFencedError
+from laketide.errors import MainMovedError, WriterFencedError
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import sink
 from laketide.ingest.columns import spark_type
@@ -55,6 +59,11 @@ KIND = "_kind"
 APPLIED = "laketide.changelog-snapshot"
 CHANGES = "laketide.changes"
 DELETES = "laketide.deletes"
+#: a batch of at most this many folded changes is merged on a staging branch with the changes broadcast (the
+#: table scanned, not shuffled: a batch costs about the same whatever the table's size); more: one ``MERGE``
+BROADCAST_CHANGES = 250_000
+#: prefix of the merge's staging branches (then the stream's name)
+MERGE_PREFIX = "laketide_merge_"
 
 
 def merged_columns(stream: StreamConfig) -> list[str]:
@@ -278,7 +287,7 @@ class MergeSink:
             tombstoned_at = time.monotonic()
             faults.maybe_pause("before_merge", batch_id, stream.name)
             self._check_unmoved(merged, applied, batch_id)
-            with_properties(spark, props, lambda: spark.sql(self._merge_sql(view)))
+            self.apply(spark, merged, view, total, props, applied, batch_id)
         finally:
             spark.catalog.dropTempView(view)
             folded.unpersist()
@@ -288,6 +297,47 @@ class MergeSink:
                  "tombstones %.2fs, merge %.2fs; %.2fs)", batch_id, upsert.table, total - deletes, deletes, target,
                  folded_at - started, tombstoned_at - folded_at, done - tombstoned_at, done - started)
         return total
+
+    def apply(self, spark: SparkSession, merged: Any, view: str, total: int, props: dict[str, str],
+              applied: int | None, batch_id: int) -> None:
+        """Merge the ``total`` folded changes of ``view`` into the merged (Java) table ``merged``, in commits carrying
+        ``props``; ``applied``: the change-log snapshot it applied through when the merge started."""
+        if total <= BROADCAST_CHANGES:
+            self._merge_staged(spark, merged, view, props, applied, batch_id)
+        else:  # too many for the driver to broadcast: one MERGE, a join of the whole table
+            with_properties(spark, props, lambda: spark.sql(self._merge_sql(view)))
+
+    def _merge_staged(self, spark: SparkSession, merged: Any, view: str, props: dict[str, str], applied: int | None,
+                      batch_id: int) -> None:
+        """The folded changes of ``view`` applied on a staging branch of the merged table, then ``main`` moved there
+        in one commit (``public_sink.StagingBranch``): a ``MERGE`` with only ``WHEN MATCHED`` clauses (an inner join
+        that broadcasts the changes: the table is scanned, never shuffled), then an append of the upserts whose key
+        the table lacks (a semi join of the table's keys with the broadcast changes). Both commits carry ``props``;
+        readers of ``main`` see the batch whole or not at all."""
+        from pyspark.sql import functions as F
+
+        from laketide.ingest.public_sink import StagingBranch
+
+        keys = list(self.upsert.primary_key)
+        computed = spark.sql(self._source_sql(view)).localCheckpoint()  # computed once, for both steps
+        source = F.broadcast(computed)
+        staging = StagingBranch(merged, f"{self.prefix}.{self.upsert.table}", f"{MERGE_PREFIX}{self.stream.name}_",
+                                batch_id)
+        changes = f"{view}_source"
+        source.createOrReplaceTempView(changes)
+        try:
+            with_properties(spark, props, lambda: spark.sql(self._merge_sql(changes, staging.identifier, False)))
+            present = spark.table(staging.identifier).select(*keys).join(source.select(*keys), keys, "left_semi")
+            (source.where(~F.col(DELETE)).join(present, keys, "left_anti")
+             .select(*[_q(c) for c in merged_columns(self.stream)])
+             .writeTo(staging.identifier).options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
+            staging.swap(writes=None, before=lambda _: self._check_unmoved(merged, applied, batch_id))
+        except BaseException:
+            staging.drop()
+            raise
+        finally:
+            spark.catalog.dropTempView(changes)
+            computed.unpersist()
 
     def _check_unmoved(self, merged: Any, applied: int | None, batch_id: int) -> None:
         """Before a commit: the merged table still names the change-log snapshot this merge started from. Another
@@ -352,24 +402,31 @@ class MergeSink:
          .writeTo(f"{self.prefix}.{tombstones_table(upsert)}")
          .options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
 
-    def _merge_sql(self, view: str) -> str:
-        """The folded changes into the merged table: newer than the row, and than every tombstone of the key."""
+    def _source_sql(self, view: str) -> str:
+        """The folded changes of ``view`` that are newer than every tombstone of their key (a change older than one
+        is dropped; a delete equal to one is kept: it is that one)."""
+        tomb = f"{self.prefix}.{tombstones_table(self.upsert)}"
+        return (f"SELECT c.* FROM {view} c LEFT ANTI JOIN (SELECT *, true AS {DELETE} FROM {tomb}) d "
+                f"ON {self._keys_match('c', 'd')} AND {newer(self.stream, 'd', 'c', f'c.{DELETE}')}")
+
+    def _merge_sql(self, view: str, target: str | None = None, inserts: bool = True) -> str:
+        """The folded changes of ``view`` into the merged table (or ``target``, a branch of it): newer than the row,
+        and than every tombstone of the key. Without ``inserts``, ``view`` holds changes already checked against the
+        tombstones (:meth:`_source_sql`) and keys the table lacks are left to the caller."""
         upsert, stream = self.upsert, self.stream
         cols = merged_columns(stream)
-        tomb = f"{self.prefix}.{tombstones_table(upsert)}"
-        # a change older than one of its key's tombstones is dropped (a delete equal to one is kept: it is that one)
-        source = (
-            f"(SELECT c.* FROM {view} c LEFT ANTI JOIN (SELECT *, true AS {DELETE} FROM {tomb}) d "
-            f"ON {self._keys_match('c', 'd')} AND {newer(stream, 'd', 'c', f'c.{DELETE}')})"
-        )
+        source = f"({self._source_sql(view)})" if inserts else view
         sets = ", ".join(f"t.{_q(c)} = c.{_q(c)}" for c in cols if c not in upsert.primary_key)
-        return (
-            f"MERGE INTO {self.prefix}.{upsert.table} t USING {source} c ON {self._keys_match('t', 'c')} "
+        sql = (
+            f"MERGE INTO {target or f'{self.prefix}.{upsert.table}'} t USING {source} c "
+            f"ON {self._keys_match('t', 'c')} "
             f"WHEN MATCHED AND c.{DELETE} AND {newer(stream, 'c', 't', 'false')} THEN DELETE "
-            f"WHEN MATCHED AND NOT c.{DELETE} AND {newer(stream, 'c', 't', 'false')} THEN UPDATE SET {sets} "
-            f"WHEN NOT MATCHED AND NOT c.{DELETE} THEN INSERT ({', '.join(_q(c) for c in cols)}) "
-            f"VALUES ({', '.join('c.' + _q(c) for c in cols)})"
+            f"WHEN MATCHED AND NOT c.{DELETE} AND {newer(stream, 'c', 't', 'false')} THEN UPDATE SET {sets}"
         )
+        if inserts:
+            sql += (f" WHEN NOT MATCHED AND NOT c.{DELETE} THEN INSERT ({', '.join(_q(c) for c in cols)}) "
+                    f"VALUES ({', '.join('c.' + _q(c) for c in cols)})")
+        return sql
 
 
 class UpsertWriter(BatchWriter):
@@ -399,5 +456,7 @@ def merge_again(exc: BaseException) -> bool:
     the merge's commit: ``ValidationException``; the next attempt plans on the compacted table)."""
     if isinstance(exc, WriterFencedError):
         return False
+    if isinstance(exc, MainMovedError):  # main moved while the merge was staged on its branch (a compaction)
+        return True
     return sink.is_transient(exc) or "ValidationException" in str(exc) or any(
         name.endswith("ValidationException") for name, _ in sink._java_chain(exc))

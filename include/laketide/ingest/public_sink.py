@@ -89,6 +89,54 @@ def _head(table: Any) -> int | None:
     return None if head is None else int(head.snapshotId())
 
 
+class StagingBranch:
+    """A staging branch of the Java ``table`` (Spark identifier ``name``) made at ``main``'s head, for the writes of
+    one attempt (staging branches of ``prefix`` left by a killed attempt are removed first); :meth:`swap` moves
+    ``main`` to the branch's head in one commit, only from the head the branch was made at (steps 2-4 above)."""
+
+    def __init__(self, table: Any, name: str, prefix: str, batch_id: int) -> None:
+        _drop_branches(table, _stale_branches(table, prefix))  # left by a killed attempt of this writer id
+        self.table, self.name, self.batch_id, self.start = table, name, batch_id, _head(table)
+        self.branch = f"{prefix}{batch_id}_{uuid.uuid4().hex[:10]}"
+        manage = table.manageSnapshots()
+        (manage.createBranch(self.branch) if self.start is None else
+         manage.createBranch(self.branch, self.start)).commit()
+        self.base = int(table.snapshot(self.branch).snapshotId())
+        #: the branch as a Spark table identifier: what is written to it stays off ``main``
+        self.identifier = f"{name}.branch_{self.branch}"
+
+    def swap(self, writes: int | None = 1, before: Callable[[int], object] = lambda _: None) -> int:
+        """Move ``main`` to the branch's head and remove the branch, in one commit; returns ``main``'s new head.
+        ``writes``: the snapshots the writes made on the branch (None: any number, none included, and then ``main``
+        is left as it is). ``before(head)`` is called right before the commit.
+
+        :raises MainMovedError: ``main`` moved since the branch was made (or the branch is not as written)
+        """
+        manage = self.table.manageSnapshots()  # refreshes: the commit below swaps from exactly this metadata
+        snapshot = self.table.snapshot(self.branch)
+        made: list[Any] = []
+        at = snapshot
+        while at is not None and int(at.snapshotId()) != self.base and len(made) < 1000:
+            made.append(at)
+            at = None if at.parentId() is None else self.table.snapshot(at.parentId())
+        if at is None or (writes is not None and len(made) != writes) or _head(self.table) != self.start:
+            raise MainMovedError(f"Cannot commit: main of {self.name} moved while batch {self.batch_id} was staged")
+        head = int(snapshot.snapshotId())
+        before(head)
+        if made:
+            manage.fastForwardBranch(sink.MAIN_BRANCH, self.branch).removeBranch(self.branch).commit()
+        else:
+            manage.removeBranch(self.branch).commit()
+        return head
+
+    def drop(self) -> None:
+        """Remove the branch of a failed attempt (its snapshots are left to expiry), unless already gone (committed,
+        or removed by another writer of the same writer id)."""
+        with contextlib.suppress(Exception):
+            self.table.refresh()
+            _drop_branches(self.table, [self.branch])
+
+
 def publish(iceberg: PublicIceberg, name: str, rows: DataFrame, props: dict[str, str], writer_id: str,
             batch_id: int, expected: commits.Marker | None, timeout: timedelta,
             before_attempt: Callable[[], object] = lambda: None,
@@ -100,7 +148,6 @@ def publish(iceberg: PublicIceberg, name: str, rows: DataFrame, props: dict[str,
     :param staged: called once the rows are written to the staging branch, before ``main`` moves
     :raises WriterFencedError: another writer committed to the table for ``writer_id`` since ``expected``
     """
-    prefix = stage_prefix(writer_id)
     ours: set[int] = set()  # staging snapshots this publish tried to put on main
 
     def attempt() -> int:
@@ -111,32 +158,16 @@ def publish(iceberg: PublicIceberg, name: str, rows: DataFrame, props: dict[str,
             return found.snapshot_id  # an earlier attempt whose outcome was unknown did commit
         if not sink._same(found, expected):
             raise WriterFencedError(sink.fenced_message(writer_id, batch_id, name, found, expected))
-        _drop_branches(table, _stale_branches(table, prefix))  # left by a killed attempt of this writer id
-        start = _head(table)
-        branch = f"{prefix}{batch_id}_{uuid.uuid4().hex[:10]}"
-        manage = table.manageSnapshots()
-        (manage.createBranch(branch) if start is None else manage.createBranch(branch, start)).commit()
-        base = int(table.snapshot(branch).snapshotId())
+        staging = StagingBranch(table, name, stage_prefix(writer_id), batch_id)
         try:
-            writer = rows.writeTo(f"{name}.branch_{branch}")
+            writer = rows.writeTo(staging.identifier)
             for key, value in props.items():
                 writer = writer.option(f"snapshot-property.{key}", value)
             writer.append()
             staged()
-            manage = table.manageSnapshots()  # refreshes: the commit below swaps from exactly this metadata
-            snapshot = table.snapshot(branch)
-            if snapshot is None or snapshot.parentId() is None or int(snapshot.parentId()) != base \
-                    or _head(table) != start:
-                raise MainMovedError(f"Cannot commit: main of {name} moved while batch {batch_id} was staged")
-            snapshot_id = int(snapshot.snapshotId())
-            ours.add(snapshot_id)
-            manage.fastForwardBranch(sink.MAIN_BRANCH, branch).removeBranch(branch).commit()
-            return snapshot_id
+            return staging.swap(before=ours.add)
         except BaseException:
-            # the branch of a failed attempt (its snapshot is left to expiry), unless already gone (committed,
-            # or removed by another writer of the same writer id)
-            with contextlib.suppress(Exception):
-                _drop_branches(iceberg.table(name), [branch])
+            staging.drop()
             raise
 
     return sink.retrying(f"commit of batch {batch_id} to {name}", attempt, timeout,
