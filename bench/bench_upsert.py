@@ -152,12 +152,14 @@ class Bench:
             raise AssertionError(f"{name}: a key twice")
         return out
 
-    def growth(self, rows: int, batch: int, tag: str) -> float:
+    def growth(self, rows: int, batch: int, tag: str, staged: bool = False) -> float:
         """Seconds of the merge sink's merge of one ``batch``-change increment (9 in 10 update a key of the table, 1 in
         10 inserts a new one) into a merged table of ``rows``."""
         from pyspark.sql import functions as F
 
         stream = self.stream(tag)
+        if staged:  # the staging branch's plan whatever the table's size
+            stream = stream.model_copy(update={"upsert": stream.upsert.model_copy(update={"staged_merge_rows": 0})})
         merge_sink.ensure_upsert_tables(self.spark, self.config, stream)
         name = f"{self.cat}.{stream.upsert.table}"
         if self.spark.table(name).count() != rows:
@@ -298,16 +300,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"laketide upsert writer vs MERGE INTO in foreachBatch: {ratio:.2f}x (rounds "
           f"{', '.join(f'{r:.2f}' for r in per_round)}; target >= {TARGET_RATIO})", flush=True)
 
-    growth: dict[str, list[float]] = {"small": [], "big": []}
+    # the writer's plan at each size (one MERGE below upsert.staged_merge_rows, the staging branch above), and the
+    # staging branch's plan on the small table too: the growth of one plan
+    growth: dict[str, list[float]] = {"small": [], "big": [], "small_staged": []}
     for i in range(args.growth_rounds):
-        for size in (("small", "big") if i % 2 == 0 else ("big", "small")):
-            rows = args.small_rows if size == "small" else args.big_rows
-            took = bench.growth(rows, args.batch_keys, f"growth_{size}")
+        for size in (("small", "small_staged", "big") if i % 2 == 0 else ("big", "small_staged", "small")):
+            rows = args.big_rows if size == "big" else args.small_rows
+            took = bench.growth(rows, args.batch_keys, f"growth_{size}", staged=size == "small_staged")
             growth[size].append(took)
-            print(f"  growth r{i + 1} {args.batch_keys:,} changes into {rows:,} rows: {took:.2f}s", flush=True)
-    factor = statistics.median(growth["big"]) / statistics.median(growth["small"])
+            staged = size == "small_staged" or rows >= config.streams[0].upsert.staged_merge_rows
+            plan = "staging branch" if staged else "one MERGE"
+            print(f"  growth r{i + 1} {args.batch_keys:,} changes into {rows:,} rows ({plan}): {took:.2f}s", flush=True)
+    median = {size: statistics.median(times) for size, times in growth.items()}
+    factor = median["big"] / median["small"]
+    staged_factor = median["big"] / median["small_staged"]
     print(f"one {args.batch_keys:,}-change merge into {args.big_rows:,} rows vs {args.small_rows:,} rows: "
-          f"{factor:.2f}x (target <= {TARGET_GROWTH})", flush=True)
+          f"{factor:.2f}x as the writer merges (target <= {TARGET_GROWTH}); {staged_factor:.2f}x on the staging "
+          f"branch at both sizes ({median['big']:.2f}s, {median['small']:.2f}s, {median['small_staged']:.2f}s)",
+          flush=True)
     read = bench.reads("growth_big", args.read_repeats)
     print(f"reads of the {read['rows']:,}-row merged table (median of {args.read_repeats}): "
           + "; ".join(f"{what} {read['before'][what]:.2f}s with {read['delete_files_before']} delete file(s), "
@@ -318,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     spark.stop()
     if args.json:
         args.json.write_text(json.dumps({"ratio": ratio, "per_round": per_round, "seconds": seconds,
-                                         "growth": growth, "growth_factor": factor, "reads": read}, indent=1))
+                                         "growth": growth, "growth_factor": factor,
+                                         "growth_factor_staged": staged_factor, "reads": read}, indent=1))
     return 0
 
 

@@ -45,6 +45,8 @@ from tests.test_redo import redo_here, redo_log
 
 H0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
 FIELDS, UPSERT = ACCOUNT_FIELDS, ACCOUNT_UPSERT
+#: the merge on a staging branch whatever the table's size (by default a table this small is one MERGE)
+STAGED = {**UPSERT, "staged_merge_rows": 0}
 
 
 def upsert_config(home: Path, catalog: str | None = None, **overrides: Any) -> Path:
@@ -141,7 +143,7 @@ def test_backfill_and_repair_of_an_upsert_stream_are_refused_naming_redo(tmp_pat
 
 @pytest.mark.slow
 def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path) -> None:
-    config_path = upsert_config(tmp_path)
+    config_path = upsert_config(tmp_path, upsert=STAGED)
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
     # many changes to one key in one batch, out of order; a duplicate change; spread over two hours
@@ -273,7 +275,7 @@ def test_a_batch_too_big_to_broadcast_is_one_merge_and_the_same_fold(spark: Any,
     older update after a newer one, a key deleted then inserted again), one commit per batch, no branch left."""
     from laketide.ingest import merge_sink
 
-    config_path = upsert_config(tmp_path)
+    config_path = upsert_config(tmp_path, upsert=STAGED)
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
     landing.land([change("a", 1, "c", 10), change("a", 3, "u", 30), change("b", 1, "c", 5), change("c", 1, "c", 7)])
@@ -297,7 +299,7 @@ def test_copy_on_write_merges_the_fold_without_delete_files(spark: Any, tmp_path
     """``merge_mode: copy-on-write``: the merged table's properties say it, a merge rewrites the data files holding
     the rows it changes (no delete file), and the table is the fold of every change as under merge-on-read. Set back
     to merge-on-read, the existing table follows."""
-    config_path = upsert_config(tmp_path, upsert={**UPSERT, "merge_mode": "copy-on-write"})
+    config_path = upsert_config(tmp_path, upsert={**STAGED, "merge_mode": "copy-on-write"})
     config = load(config_path)
     landing = Landing(config.stream("clicks").landing_path)
     landing.land([change("a", 1, "c", 10), change("b", 1, "c", 20), change("c", 1, "c", 30)])
@@ -327,7 +329,7 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(spark: Any,
     then after the merge (before the checkpoint), then after a merge's data files were written (before its commit),
     changes landing in between: each restart leaves the merged table equal to the fold, every change logged once.
     The first batch and the last restart, which only ingest, run on this process's session."""
-    config_path = upsert_config(tmp_path)
+    config_path = upsert_config(tmp_path, upsert=STAGED)
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
     landing.land([change("a", 1, "c", 1), change("b", 1, "c", 1)])
@@ -577,7 +579,7 @@ def test_maintenance_beside_a_live_upsert_writer_compacts_its_deletes_and_change
     from laketide.maintain import job as maintain_job
     from laketide.maintain import plan as maintain_plan
 
-    config_path = upsert_config(tmp_path, trigger_interval="1s")
+    config_path = upsert_config(tmp_path, trigger_interval="1s", upsert=STAGED)
     config = load(config_path)
     use_catalog(spark, config)
     stream = config.stream("clicks")

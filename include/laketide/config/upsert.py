@@ -48,6 +48,10 @@ class UpsertConfig(_Strict):
     #: how a change to an existing row is written: position delete files plus new rows (merge-on-read: cheap
     #: writes, compacted by maintenance), or the data files holding them rewritten (copy-on-write)
     merge_mode: MergeMode = "merge-on-read"
+    #: a merged table of at least this many rows is merged on a staging branch, the batch's changes broadcast to a
+    #: scan of the table (a batch's cost grows slowly with the table); a smaller one by one MERGE, a join that
+    #: shuffles the table (cheaper while the table is small). Chosen by measurement (operations guide)
+    staged_merge_rows: int = Field(default=2_000_000, ge=0)
 
     @field_validator("tombstone_retention", mode="before")
     @classmethod

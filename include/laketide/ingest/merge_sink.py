@@ -13,11 +13,13 @@ An upsert stream (``upsert`` in its configuration, ``laketide.config.upsert``) k
 4. **the merge** into the merged table: a change newer than the row replaces it (a delete removes it); a key with
    no row gets the change unless it is a delete or older than one of the key's tombstones (a late insert of a
    deleted key does not come back). The commits carry ``laketide.writer-id``, ``laketide.batch-id`` and the
-   change-log snapshot they applied through. A batch of up to :data:`BROADCAST_CHANGES` folded changes is merged on a
-   staging branch (a ``MERGE`` with only ``WHEN MATCHED`` clauses, an inner join that broadcasts the changes, then
-   an append of the keys the table lacks) and ``main`` moves there in one commit, only from the head the branch was
-   made at: the table is scanned, never shuffled, and readers see the batch whole. A bigger one (a catch-up after a
-   long stop) is one ``MERGE`` with a ``WHEN NOT MATCHED`` insert: a join that shuffles the whole table.
+   change-log snapshot they applied through. A batch of up to :data:`BROADCAST_CHANGES` folded changes into a table
+   of ``upsert.staged_merge_rows`` rows or more is merged on a staging branch (a ``MERGE`` with only ``WHEN
+   MATCHED`` clauses, an inner join that broadcasts the changes, then an append of the keys the table lacks) and
+   ``main`` moves there in one commit, only from the head the branch was made at: the table is scanned, never
+   shuffled, and readers see the batch whole. Otherwise (a small table, or a catch-up after a long stop) the batch
+   is one ``MERGE`` with a ``WHEN NOT MATCHED`` insert: a join that shuffles the whole table, cheaper than the
+   staging's fixed costs while the table is small.
 
 **Exactly once** rests on two facts. The change log is written exactly once by the fenced writer. The merge is an
 idempotent fold (each key's row is the greatest change seen, a last-writer-wins register under a total order):
@@ -59,8 +61,8 @@ KIND = "_kind"
 APPLIED = "laketide.changelog-snapshot"
 CHANGES = "laketide.changes"
 DELETES = "laketide.deletes"
-#: a batch of at most this many folded changes is merged on a staging branch with the changes broadcast (the
-#: table scanned, not shuffled: a batch costs about the same whatever the table's size); more: one ``MERGE``
+#: a batch of at most this many folded changes into a big table is merged on a staging branch with the changes
+#: broadcast (the table scanned, not shuffled); more: one ``MERGE`` (the driver does not hold them)
 BROADCAST_CHANGES = 250_000
 #: prefix of the merge's staging branches (then the stream's name)
 MERGE_PREFIX = "laketide_merge_"
@@ -203,6 +205,15 @@ def applied_through(table: Any) -> int | None:
     return None
 
 
+def table_rows(table: Any) -> int:
+    """The rows of the Java ``table``'s data files at its current snapshot, from its summary (rows its position
+    deletes remove included): 0 without a snapshot."""
+    snap = table.currentSnapshot()
+    summary = None if snap is None else snap.summary()
+    value = None if summary is None else summary.get("total-records")
+    return int(value) if value is not None else 0
+
+
 class _Call:
     """A py4j ``Callable`` running a Python function (Iceberg's ``CommitMetadata`` runs it with the properties set)."""
 
@@ -302,9 +313,9 @@ class MergeSink:
               applied: int | None, batch_id: int) -> None:
         """Merge the ``total`` folded changes of ``view`` into the merged (Java) table ``merged``, in commits carrying
         ``props``; ``applied``: the change-log snapshot it applied through when the merge started."""
-        if total <= BROADCAST_CHANGES:
+        if total <= BROADCAST_CHANGES and table_rows(merged) >= self.upsert.staged_merge_rows:
             self._merge_staged(spark, merged, view, props, applied, batch_id)
-        else:  # too many for the driver to broadcast: one MERGE, a join of the whole table
+        else:  # a small table (its shuffle is cheap), or too many changes to broadcast: one MERGE
             with_properties(spark, props, lambda: spark.sql(self._merge_sql(view)))
 
     def _merge_staged(self, spark: SparkSession, merged: Any, view: str, props: dict[str, str], applied: int | None,
