@@ -49,7 +49,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from laketide.config import LaketideConfig  # noqa: E402
 from laketide.config.upsert import DELETE_OPERATIONS  # noqa: E402
-from laketide.ingest import landing, merge_sink, runner, tables  # noqa: E402
+from laketide.ingest import landing, merge_sink, runner, tables, upsert_tables  # noqa: E402
 from laketide.ingest.columns import record_schema  # noqa: E402
 from laketide.lake.hours import partition_key  # noqa: E402
 from laketide.lake.internals import iceberg_table  # noqa: E402
@@ -110,7 +110,7 @@ class Bench:
     def laketide(self, tag: str, landing_path: Path, mode: str | None = None) -> float:
         stream = self.stream(tag, mode).model_copy(update={"landing_path": landing_path})
         tables.ensure_tables(self.spark, self.config, stream)
-        merge_sink.ensure_upsert_tables(self.spark, self.config, stream)
+        upsert_tables.ensure_upsert_tables(self.spark, self.config, stream)
         started = time.monotonic()
         query = runner.start(self.spark, self.config, stream, "incremental")
         query.awaitTermination()
@@ -120,9 +120,9 @@ class Bench:
         from pyspark.sql import functions as F
 
         stream = self.stream(tag)
-        merge_sink.ensure_upsert_tables(self.spark, self.config, stream)  # the same merged table, same properties
+        upsert_tables.ensure_upsert_tables(self.spark, self.config, stream)  # the same merged table, same properties
         target = f"{self.cat}.{stream.upsert.table}"
-        columns = merge_sink.merged_columns(stream)
+        columns = upsert_tables.merged_columns(stream)
         newer = merge_sink.newer(stream, "c", "t", "false")
         merge_sql = (  # what a user writes: the same conditions, no change log, no tombstones, no markers
             f"MERGE INTO {target} t USING batch_fold c ON t.account_id = c.account_id "
@@ -160,7 +160,7 @@ class Bench:
         stream = self.stream(tag)
         if staged:  # the staging branch's plan whatever the table's size
             stream = stream.model_copy(update={"upsert": stream.upsert.model_copy(update={"staged_merge_rows": 0})})
-        merge_sink.ensure_upsert_tables(self.spark, self.config, stream)
+        upsert_tables.ensure_upsert_tables(self.spark, self.config, stream)
         name = f"{self.cat}.{stream.upsert.table}"
         if self.spark.table(name).count() != rows:
             (self.spark.range(rows).select(

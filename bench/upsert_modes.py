@@ -25,7 +25,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from laketide.ingest import merge_sink
+from laketide.ingest import merge_sink, upsert_tables
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,8 +48,8 @@ def stream_of(bench: Any, tag: str, mode: str) -> Any:
 
 
 def set_mode(spark: SparkSession, name: str, stream: Any) -> None:
-    """The merged table's merge mode properties, as ``merge_sink.merged_properties`` gives them for ``stream``."""
-    props = merge_sink.merged_properties(stream.upsert)
+    """The merged table's merge mode properties, as ``upsert_tables.merged_properties`` gives them for ``stream``."""
+    props = upsert_tables.merged_properties(stream.upsert)
     modes = ", ".join(f"'{k}'='{v}'" for k, v in props.items() if k.endswith(".mode"))
     spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({modes})")
 
@@ -80,7 +80,7 @@ def base_table(bench: Any, rows: int) -> tuple[str, int]:
     from pyspark.sql import functions as F
 
     stream = stream_of(bench, f"modes_{rows}", MODES[0])
-    merge_sink.ensure_upsert_tables(bench.spark, bench.config, stream)
+    upsert_tables.ensure_upsert_tables(bench.spark, bench.config, stream)
     name = f"{bench.cat}.{stream.upsert.table}"
     (bench.spark.range(rows).select(
         F.col("id").cast("string").alias("change_id"), F.lit(H0).alias("changed_at"),

@@ -162,9 +162,9 @@ class Application(Watch):
 
     def start(self, w: Writer) -> None:
         """Take the stream's lease and start its query; a refusal leaves it waiting or failed, never raises."""
-        from laketide.ingest.merge_sink import ensure_upsert_tables
         from laketide.ingest.runner import preflight, start, stop_file
         from laketide.ingest.tables import ensure_tables
+        from laketide.ingest.upsert_tables import ensure_upsert_tables
 
         stream = w.stream
         w.started_from = last_commit(stream)  # a failure before a later commit is not a recovery: the wait doubles

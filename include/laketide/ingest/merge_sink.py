@@ -1,4 +1,5 @@
-"""The merge sink: an upsert stream's changes merged into its keyed table, after they are in its change log.
+"""The merge sink: an upsert stream's changes merged into its keyed table, after they are in its change log (the
+tables themselves: ``laketide.ingest.upsert_tables``).
 
 An upsert stream (``upsert`` in its configuration, ``laketide.config.upsert``) keeps every change in the stream's
 ``table``, the change log: an append table written by the exactly-once writer of every stream
@@ -34,16 +35,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from laketide import logs
 from laketide.config import LaketideConfig, StreamConfig
-from laketide.config.upsert import DELETE_OPERATIONS, OPERATION_KINDS, UpsertConfig, tombstones_table
+from laketide.config.upsert import DELETE_OPERATIONS, OPERATION_KINDS, tombstones_table
 from laketide.errors import MainMovedError, WriterFencedError
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import sink
-from laketide.ingest.columns import spark_type
+from laketide.ingest.public_sink import StagingBranch
+from laketide.ingest.upsert_tables import merged_columns, quoted
 from laketide.ingest.writer import BatchWriter
 from laketide.lake import commits
 from laketide.lake.internals import gateway, iceberg_table
@@ -68,22 +69,12 @@ BROADCAST_CHANGES = 250_000
 MERGE_PREFIX = "laketide_merge_"
 
 
-def merged_columns(stream: StreamConfig) -> list[str]:
-    """The merged table's columns: the stream's fields but the operation."""
-    assert stream.upsert is not None
-    return [name for name in stream.fields if name != stream.upsert.operation_field]
-
-
-def _q(name: str) -> str:
-    return f"`{name}`"
-
-
 def is_delete(stream: StreamConfig) -> Column:
     """True for a change whose operation deletes its key."""
     from pyspark.sql import functions as F
 
     assert stream.upsert is not None
-    return F.col(_q(stream.upsert.operation_field)).isin(*DELETE_OPERATIONS)
+    return F.col(quoted(stream.upsert.operation_field)).isin(*DELETE_OPERATIONS)
 
 
 def fold(changes: DataFrame, stream: StreamConfig) -> DataFrame:
@@ -94,11 +85,11 @@ def fold(changes: DataFrame, stream: StreamConfig) -> DataFrame:
 
     upsert = stream.upsert
     assert upsert is not None
-    order = Window.partitionBy(*[_q(k) for k in upsert.primary_key]).orderBy(
-        F.col(_q(upsert.sequence_field)).desc(), F.col(DELETE).desc(), F.col(_q(stream.event_id_field)).desc())
+    order = Window.partitionBy(*[quoted(k) for k in upsert.primary_key]).orderBy(
+        F.col(quoted(upsert.sequence_field)).desc(), F.col(DELETE).desc(), F.col(quoted(stream.event_id_field)).desc())
     kinds = F.create_map(*[F.lit(x) for pair in OPERATION_KINDS.items() for x in pair])
-    kind = F.coalesce(kinds[F.col(_q(upsert.operation_field))], F.col(_q(upsert.operation_field)))
-    return (changes.select(*[_q(c) for c in merged_columns(stream)], is_delete(stream).alias(DELETE),
+    kind = F.coalesce(kinds[F.col(quoted(upsert.operation_field))], F.col(quoted(upsert.operation_field)))
+    return (changes.select(*[quoted(c) for c in merged_columns(stream)], is_delete(stream).alias(DELETE),
                            kind.alias(KIND))
             .withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n"))
 
@@ -108,88 +99,10 @@ def newer(stream: StreamConfig, change: str, row: str, delete: str) -> str:
     the order of :func:`fold`."""
     upsert = stream.upsert
     assert upsert is not None
-    seq, eid = _q(upsert.sequence_field), _q(stream.event_id_field)
+    seq, eid = quoted(upsert.sequence_field), quoted(stream.event_id_field)
     c, r = change, row
     return (f"({c}.{seq} > {r}.{seq} OR ({c}.{seq} = {r}.{seq} AND "
             f"(({c}.{DELETE} AND NOT {delete}) OR ({c}.{DELETE} = {delete} AND {c}.{eid} > {r}.{eid}))))")
-
-
-# ---------------------------------------------------------------- tables
-
-
-def merged_properties(upsert: UpsertConfig) -> dict[str, str]:
-    return {
-        "format-version": "2",
-        "write.merge.mode": upsert.merge_mode, "write.update.mode": upsert.merge_mode,
-        "write.delete.mode": upsert.merge_mode,
-        # serializable (Iceberg's default, said here so that nobody relaxes it unaware): a merge that started before
-        # another merge committed data files fails its commit instead of landing on top (a frozen writer woken up
-        # after its replacement merged is stopped there); compactions (replace snapshots) do not conflict with it
-        "write.merge.isolation-level": "serializable", "write.delete.isolation-level": "serializable",
-        "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100",
-    }
-
-
-def ensure_upsert_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
-    """Create the merged table (the key's columns NOT NULL and its identifier fields) and the tombstones table of an
-    upsert stream unless they exist; existing ones follow fields added to the stream or widened."""
-    upsert = stream.upsert
-    assert upsert is not None
-    cat = config.catalog.name
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{upsert.table.split('.')[0]}")
-
-    def columns(names: Iterable[str]) -> list[tuple[str, str]]:
-        return [(n, spark_type(stream.fields[n].type).simpleString()) for n in names]
-
-    keys = ", ".join(_q(k) for k in upsert.primary_key)
-    for name, wanted in (
-        (upsert.table, columns(merged_columns(stream))),
-        (tombstones_table(upsert), columns((*upsert.primary_key, upsert.sequence_field, stream.event_id_field))),
-    ):
-        ddl = [f"{_q(c)} {kind}" + (" NOT NULL" if c in upsert.primary_key else "") for c, kind in wanted]
-        if name != upsert.table:
-            ddl.append("recorded_at timestamp")
-        props = ", ".join(f"'{k}'='{v}'" for k, v in merged_properties(upsert).items())
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {cat}.{name} ({', '.join(ddl)}) USING iceberg "
-                  f"TBLPROPERTIES ({props})")
-        table = iceberg_table(spark, f"{cat}.{name}")
-        if not list(table.schema().identifierFieldNames()):
-            spark.sql(f"ALTER TABLE {cat}.{name} SET IDENTIFIER FIELDS {keys}")
-        # a changed merge_mode (or any other of these properties) applies to a table that exists already
-        stale = {k: v for k, v in merged_properties(upsert).items()
-                 if k != "format-version" and table.properties().get(k) != v}
-        if stale:
-            changed = ", ".join(f"'{k}'='{v}'" for k, v in stale.items())
-            spark.sql(f"ALTER TABLE {cat}.{name} SET TBLPROPERTIES ({changed})")
-            log.info("table %s: properties set to %s", name, stale)
-        follow_fields(spark, f"{cat}.{name}", wanted)
-
-
-def follow_fields(spark: SparkSession, name: str, wanted: list[tuple[str, str]]) -> list[str]:
-    """Schema evolution of a merged (or tombstones) table as of its change log: a field added to the stream becomes
-    a column (after the column of the field before it; rows already merged read null), a widened one (int -> long,
-    float -> double) is widened. Anything else was refused before, by the change log's own check
-    (``schema.plan_change``, which the writer runs first). Returns what changed, for the log."""
-    from laketide.ingest.schema import WIDENINGS, table_columns
-
-    have = table_columns(spark, name)
-    changed: list[str] = []
-    previous: str | None = None
-    for column, kind in wanted:
-        if column not in have:
-            position = f"AFTER {_q(previous)}" if previous is not None else "FIRST"
-            spark.sql(f"ALTER TABLE {name} ADD COLUMN {_q(column)} {kind} {position}")
-            changed.append(f"column {column} {kind} added")
-        elif (have[column], kind) in WIDENINGS:
-            spark.sql(f"ALTER TABLE {name} ALTER COLUMN {_q(column)} TYPE {kind}")
-            changed.append(f"column {column} widened from {have[column]} to {kind}")
-        previous = column
-    if changed:
-        log.info("table %s follows its stream's fields: %s", name, "; ".join(changed))
-    return changed
-
-
-# ---------------------------------------------------------------- the merge
 
 
 def applied_through(table: Any) -> int | None:
@@ -327,8 +240,6 @@ class MergeSink:
         readers of ``main`` see the batch whole or not at all."""
         from pyspark.sql import functions as F
 
-        from laketide.ingest.public_sink import StagingBranch
-
         keys = list(self.upsert.primary_key)
         computed = spark.sql(self._source_sql(view)).localCheckpoint()  # computed once, for both steps
         source = F.broadcast(computed)
@@ -340,7 +251,7 @@ class MergeSink:
             with_properties(spark, props, lambda: spark.sql(self._merge_sql(changes, staging.identifier, False)))
             present = spark.table(staging.identifier).select(*keys).join(source.select(*keys), keys, "left_semi")
             (source.where(~F.col(DELETE)).join(present, keys, "left_anti")
-             .select(*[_q(c) for c in merged_columns(self.stream)])
+             .select(*[quoted(c) for c in merged_columns(self.stream)])
              .writeTo(staging.identifier).options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
             staging.swap(writes=None, before=lambda _: self._check_unmoved(merged, applied, batch_id))
         except BaseException:
@@ -387,10 +298,10 @@ class MergeSink:
         options = {f"snapshot-property.{k}": v for k, v in props.items()}
         tomb_columns = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
         try:
-            (folded.where(F.col(DELETE)).select(*[_q(c) for c in tomb_columns],
+            (folded.where(F.col(DELETE)).select(*[quoted(c) for c in tomb_columns],
                                                 F.current_timestamp().alias("recorded_at"))
              .writeTo(f"{self.prefix}.{tombstones_table(upsert)}").options(**options).overwrite(F.lit(True)))
-            (folded.where(~F.col(DELETE)).select(*[_q(c) for c in merged_columns(stream)])
+            (folded.where(~F.col(DELETE)).select(*[quoted(c) for c in merged_columns(stream)])
              .writeTo(f"{self.prefix}.{upsert.table}").options(**options).overwrite(F.lit(True)))
         finally:
             folded.unpersist()
@@ -399,7 +310,7 @@ class MergeSink:
         return total
 
     def _keys_match(self, left: str, right: str) -> str:
-        return " AND ".join(f"{left}.{_q(k)} = {right}.{_q(k)}" for k in self.upsert.primary_key)
+        return " AND ".join(f"{left}.{quoted(k)} = {right}.{quoted(k)}" for k in self.upsert.primary_key)
 
     def _tombstones(self, spark: SparkSession, view: str, props: dict[str, str]) -> None:
         """The folded deletes appended to the tombstones table (a key may have several: the newest one counts; an
@@ -408,7 +319,7 @@ class MergeSink:
 
         upsert, stream = self.upsert, self.stream
         cols = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
-        (spark.table(view).where(F.col(DELETE)).select(*[_q(c) for c in cols],
+        (spark.table(view).where(F.col(DELETE)).select(*[quoted(c) for c in cols],
                                                         F.current_timestamp().alias("recorded_at"))
          .writeTo(f"{self.prefix}.{tombstones_table(upsert)}")
          .options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
@@ -427,7 +338,7 @@ class MergeSink:
         upsert, stream = self.upsert, self.stream
         cols = merged_columns(stream)
         source = f"({self._source_sql(view)})" if inserts else view
-        sets = ", ".join(f"t.{_q(c)} = c.{_q(c)}" for c in cols if c not in upsert.primary_key)
+        sets = ", ".join(f"t.{quoted(c)} = c.{quoted(c)}" for c in cols if c not in upsert.primary_key)
         sql = (
             f"MERGE INTO {target or f'{self.prefix}.{upsert.table}'} t USING {source} c "
             f"ON {self._keys_match('t', 'c')} "
@@ -435,8 +346,8 @@ class MergeSink:
             f"WHEN MATCHED AND NOT c.{DELETE} AND {newer(stream, 'c', 't', 'false')} THEN UPDATE SET {sets}"
         )
         if inserts:
-            sql += (f" WHEN NOT MATCHED AND NOT c.{DELETE} THEN INSERT ({', '.join(_q(c) for c in cols)}) "
-                    f"VALUES ({', '.join('c.' + _q(c) for c in cols)})")
+            sql += (f" WHEN NOT MATCHED AND NOT c.{DELETE} THEN INSERT ({', '.join(quoted(c) for c in cols)}) "
+                    f"VALUES ({', '.join('c.' + quoted(c) for c in cols)})")
         return sql
 
 
