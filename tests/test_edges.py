@@ -191,9 +191,7 @@ def test_the_source_log_keeps_its_retention_and_a_restart_reads_nothing_twice(sp
                                source_log_retention="2d", max_files_per_trigger=1)
     config = load(config_path)
     stream = config.stream("clicks")
-    # whole seconds: the file of two days ago sits exactly on the retention's edge behind the newest (kept), which
-    # only holds to the millisecond if the modification times are exact (a float's rounding made it 1 ms older)
-    now = datetime.now(UTC).replace(microsecond=0)
+    now = datetime.now(UTC)
 
     def land_old(seq: int, age: timedelta) -> Path:
         at = now - age  # events stamped when the file was written, so that its landing time admits them
@@ -225,7 +223,12 @@ def test_the_source_log_keeps_its_retention_and_a_restart_reads_nothing_twice(sp
         assert not any(i.startswith("r-11-") for i in ids)
         kept = entries()
         assert not kept & {p.name for p in read[:4]}, kept  # more than 2 days older than the newest: gone
-        assert {p.name for p in [*read[4:], late, *fresh]} <= kept
+        assert {p.name for p in [read[5], late, *fresh]} <= kept
+        # the file of two days ago goes once a look prunes 8.compact against its newest file, the late file the
+        # rescue touched (to the look's time: more than 2 days after it); that look may come before this run ends
+        # or at the next start, as the machine's timing has it
+        pruned = "8.compact: dropped 1 entry older than the retention" in writer_log(config_path)
+        assert (read[4].name in kept) is not pruned, (pruned, kept)
         log = writer_log(config_path)
         assert f"landing file {late.name} landed with a modification time of" in log
         assert log.count(f"landing file {too_old.name} landed with a modification time of") == 1 and "touch " in log

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import socket
@@ -160,8 +161,15 @@ def test_real_airflow_and_spark_writer_stop_on_ctrl_c(tmp_path: Path) -> None:
         wait_until(writer_running, 420, "the writer's JVM and its Python driver")
         rest = stop_and_check(proc, tmp_path, port, "SIGINT", timeout=180)
         # every process ended on SIGTERM inside the grace: the API server is stopped last, so the writer's task
-        # could report its end to it instead of retrying against a server gone until it was killed
-        assert "still running after" not in rest, rest
+        # could report its end to it instead of retrying against a server gone until it was killed. One exception,
+        # Airflow's own: its scheduler can hang in the LocalExecutor's shutdown (an unbounded join of its idle
+        # workers, apache/airflow#67870), seen once in several runs; run.sh kills it after the grace, and nothing
+        # else may need that
+        killed = [line.split(None, 1)[1] for line in rest.splitlines()
+                  if re.match(r"\s+\d+ ", line) and "still running" not in line]
+        upstream = [args for args in killed if re.search(r"/airflow scheduler\b", args)
+                    or args.startswith("airflow worker -- LocalExecutor: <idle>")]
+        assert killed == upstream and ("still running after" in rest) == bool(killed), rest
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
