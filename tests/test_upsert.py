@@ -522,27 +522,29 @@ def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_frozen_upsert_writer_overtaken_then_resumed_merges_nothing(tmp_path: Path) -> None:
-    """Writer A holds before its merge (its change-log batch committed), is frozen past its lease; B takes the stream
-    over, merges A's batch and newer changes; A resumed is fenced: its older fold is not merged, the merged table's
-    pointer does not go back, the table is the fold."""
-    config_path = upsert_config(tmp_path, catalog="laketide", writer_lease="5s")
+@pytest.mark.parametrize("point", ["before_merge", "merge_staged"])
+def test_a_frozen_upsert_writer_overtaken_then_resumed_merges_nothing(tmp_path: Path, point: str) -> None:
+    """Writer A holds before its merge (its change-log batch committed), or with its merge written on its staging
+    branch, is frozen past its lease; B takes the stream over, merges A's batch and newer changes; A resumed is
+    fenced: its older fold is not merged, the merged table's pointer does not go back, the table is the fold."""
+    config_path = upsert_config(tmp_path, catalog="laketide", writer_lease="5s",
+                                upsert=UPSERT if point == "before_merge" else STAGED)
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
     landing.land([change("a", 1, "c", 1), change("b", 1, "c", 1), change("c", 3, "d")])
     faults = tmp_path / "faults"
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
-    a = start_writer(config_path, log=log_a, LAKETIDE_FAULT="before_merge:0", LAKETIDE_FAULT_MODE="hold",
+    a = start_writer(config_path, log=log_a, LAKETIDE_FAULT=f"{point}:0", LAKETIDE_FAULT_MODE="hold",
                      LAKETIDE_FAULT_DIR=str(faults))
     try:
-        wait_for(faults / "before_merge-0.reached", a)
+        wait_for(faults / f"{point}-0.reached", a)
         freeze(a, config_path)
         time.sleep(6)  # past A's lease
         landing.land([change("a", 2, "u", 2), change("b", 2, "d"), change("c", 2, "c", 9)])
         b = start_writer(config_path, log=log_b)
         assert b.wait(timeout=300) == 0, log_b.read_text(errors="replace")[-3000:]
         assert "silent for longer than writer_lease" in log_b.read_text(errors="replace")
-        (faults / "before_merge-0.release").touch()
+        (faults / f"{point}-0.release").touch()
         os.killpg(a.pid, signal.SIGCONT)
         assert a.wait(timeout=120) == 5, log_a.read_text(errors="replace")[-5000:]
         text = log_a.read_text(errors="replace")
@@ -557,6 +559,7 @@ def test_a_frozen_upsert_writer_overtaken_then_resumed_merges_nothing(tmp_path: 
     snapshot = catalog.load_table("lake.accounts").current_snapshot()
     assert head is not None and snapshot is not None and snapshot.summary is not None
     assert snapshot.summary[APPLIED] == str(head.snapshot_id)  # the pointer did not go back
+    assert list(catalog.load_table("lake.accounts").metadata.refs) == ["main"]  # A's branch is gone, B removed it
 
 
 def rows_at(table: Any, snapshot_id: int) -> dict[str, tuple[int, int | None, str | None]]:

@@ -28,6 +28,8 @@ from pathlib import Path
 POINTS = ("batch_start", "before_commit", "between_tables", "after_commit",
           # an upsert stream's merge (laketide.ingest.merge_sink), after the change log's commit
           "before_tombstones", "before_merge", "after_merge",
+          # the merge on a staging branch (a big merged table): its writes on the branch done, main not moved yet
+          "merge_staged",
           # an archive sweep of closed hours' landing files (laketide.close.archive), between its two renames
           "archive_audits")
 

@@ -242,17 +242,18 @@ class MergeSink:
 
         keys = list(self.upsert.primary_key)
         computed = spark.sql(self._source_sql(view)).localCheckpoint()  # computed once, for both steps
-        source = F.broadcast(computed)
         staging = StagingBranch(merged, f"{self.prefix}.{self.upsert.table}", f"{MERGE_PREFIX}{self.stream.name}_",
                                 batch_id)
         changes = f"{view}_source"
-        source.createOrReplaceTempView(changes)
+        F.broadcast(computed).createOrReplaceTempView(changes)  # the MERGE's inner join builds on the changes
         try:
             with_properties(spark, props, lambda: spark.sql(self._merge_sql(changes, staging.identifier, False)))
-            present = spark.table(staging.identifier).select(*keys).join(source.select(*keys), keys, "left_semi")
-            (source.where(~F.col(DELETE)).join(present, keys, "left_anti")
+            present = (spark.table(staging.identifier).select(*keys)
+                       .join(F.broadcast(computed.select(*keys)), keys, "left_semi"))
+            (computed.where(~F.col(DELETE)).join(present, keys, "left_anti")
              .select(*[quoted(c) for c in merged_columns(self.stream)])
              .writeTo(staging.identifier).options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
+            faults.maybe_pause("merge_staged", batch_id, self.stream.name)
             staging.swap(writes=None, before=lambda _: self._check_unmoved(merged, applied, batch_id))
         except BaseException:
             staging.drop()
