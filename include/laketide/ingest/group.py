@@ -288,7 +288,6 @@ class Application(Watch):
         """Run until no stream runs or waits (see the module docstring); the writers, as they ended."""
         from laketide.ingest.runner import stop_file
 
-        failures.stop_asked(False)
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             for w in self.writers:  # a stream another live writer holds waits; none left: no JVM is started

@@ -43,7 +43,7 @@ from laketide.config.upsert import DELETE_OPERATIONS, OPERATION_KINDS, tombstone
 from laketide.errors import MainMovedError, WriterFencedError
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import sink
-from laketide.ingest.public_sink import StagingBranch
+from laketide.ingest.public_sink import StagingBranch, snapshot_options
 from laketide.ingest.upsert_tables import merged_columns, quoted
 from laketide.ingest.writer import BatchWriter
 from laketide.lake import commits
@@ -252,7 +252,7 @@ class MergeSink:
                        .join(F.broadcast(computed.select(*keys)), keys, "left_semi"))
             (computed.where(~F.col(DELETE)).join(present, keys, "left_anti")
              .select(*[quoted(c) for c in merged_columns(self.stream)])
-             .writeTo(staging.identifier).options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
+             .writeTo(staging.identifier).options(**snapshot_options(props)).append())
             faults.maybe_pause("merge_staged", batch_id, self.stream.name)
             staging.swap(writes=None, before=lambda _: self._check_unmoved(merged, applied, batch_id))
         except BaseException:
@@ -296,7 +296,7 @@ class MergeSink:
         changes = spark.read.format("iceberg").option("snapshot-id", target).load(f"{self.prefix}.{stream.table}")
         folded = fold(changes, stream).localCheckpoint()
         total, deletes, props = self._figures(folded, batch_id, target)
-        options = {f"snapshot-property.{k}": v for k, v in props.items()}
+        options = snapshot_options(props)
         tomb_columns = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
         try:
             (folded.where(F.col(DELETE)).select(*[quoted(c) for c in tomb_columns],
@@ -323,7 +323,7 @@ class MergeSink:
         (spark.table(view).where(F.col(DELETE)).select(*[quoted(c) for c in cols],
                                                         F.current_timestamp().alias("recorded_at"))
          .writeTo(f"{self.prefix}.{tombstones_table(upsert)}")
-         .options(**{f"snapshot-property.{k}": v for k, v in props.items()}).append())
+         .options(**snapshot_options(props)).append())
 
     def _source_sql(self, view: str) -> str:
         """The folded changes of ``view`` that are newer than every tombstone of their key (a change older than one

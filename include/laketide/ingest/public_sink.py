@@ -89,6 +89,11 @@ def _head(table: Any) -> int | None:
     return None if head is None else int(head.snapshotId())
 
 
+def snapshot_options(props: dict[str, str]) -> dict[str, str]:
+    """Spark write options that put ``props`` in the summary of the snapshot the write commits."""
+    return {f"snapshot-property.{k}": v for k, v in props.items()}
+
+
 class StagingBranch:
     """A staging branch of the Java ``table`` (Spark identifier ``name``) made at ``main``'s head, for the writes of
     one attempt (staging branches of ``prefix`` left by a killed attempt are removed first); :meth:`swap` moves
@@ -160,10 +165,7 @@ def publish(iceberg: PublicIceberg, name: str, rows: DataFrame, props: dict[str,
             raise WriterFencedError(sink.fenced_message(writer_id, batch_id, name, found, expected))
         staging = StagingBranch(table, name, stage_prefix(writer_id), batch_id)
         try:
-            writer = rows.writeTo(staging.identifier)
-            for key, value in props.items():
-                writer = writer.option(f"snapshot-property.{key}", value)
-            writer.append()
+            rows.writeTo(staging.identifier).options(**snapshot_options(props)).append()
             staged()
             return staging.swap(before=ours.add)
         except BaseException:
