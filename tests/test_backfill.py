@@ -174,7 +174,7 @@ def test_backfill_brings_back_lost_rows(lake: tuple[Path, Any]) -> None:
     recorded = [r for r in history(config, "clicks") if r.partition == H[1]]
     assert [r.state for r in recorded] == [State.REOPENED]
     action = json.loads(recorded[-1].verification or "{}")["action"]
-    assert action["requested_by"] == "tester" and action["from_snapshot"] == outcome.from_snapshot
+    assert action["requested_by"] == "tester" and action["from_snapshot"] == str(outcome.from_snapshot)
     assert action["hours"][H[1].isoformat()]["rows_before"] == change.rows_before
     assert recorded[-1].snapshot_id == outcome.to_snapshot and recorded[-1].run_id == "test-run"
 

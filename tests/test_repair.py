@@ -133,7 +133,7 @@ def test_dry_run_then_repair_twice(lake: tuple[Path, Any]) -> None:
     assert {r.partition for r in recorded} == {H[0]} and {r.state for r in recorded} == {State.REOPENED}
     action = json.loads(recorded[0].verification or "{}")["action"]
     assert action["action"] == "repair" and action["requested_by"] == "tester"
-    assert action["from_snapshot"] == done.from_snapshot and action["to_snapshot"] == done.to_snapshot
+    assert (action["from_snapshot"], action["to_snapshot"]) == (str(done.from_snapshot), str(done.to_snapshot))
 
     # its re-close records arithmetic that adds up: the duplicates removed are in it
     from laketide.close.closing import close, verify

@@ -119,6 +119,7 @@ def test_every_partition_verifies(lake: Lake) -> None:
         assert result.audit == result.lake + result.rejects
         assert result.pending_files == 0 and result.failures == []
         assert result.snapshot_id == lake.base_snapshot
+        assert json.loads(result.summary_json())["snapshot_id"] == str(lake.base_snapshot)  # as JSON hands ids out
         assert result.message() == (
             f"partition {partition.isoformat()} of clicks verified: audit {audit} == lake {rows} + rejects "
             f"{rejects} at snapshot {lake.base_snapshot}"
@@ -131,6 +132,7 @@ def test_every_partition_verifies(lake: Lake) -> None:
         assert {"expect_table_row_count_to_equal", "expect_column_values_to_be_unique",
                 "expect_column_values_to_be_between"} <= set(kinds)
         assert payload["meta"]["laketide"]["partition"] == partition.isoformat()
+        assert payload["meta"]["laketide"]["snapshot_id"] == str(lake.base_snapshot)
         folder = lake.config.close.results_dir / "clicks"
         assert result.results_path.parent == folder
         assert result.results_path.name.startswith(partition.strftime("%Y%m%dT%H") + "-")

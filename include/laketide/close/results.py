@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from laketide.close.partitions import State
+from laketide.lake.snapshots import id_number, id_text
 
 if TYPE_CHECKING:
     from laketide.close.partitions import PartitionStatus
@@ -67,7 +68,7 @@ class PartitionEvent:
         Airflow's UI shows XComs in JavaScript, which rounds integers above 2^53)."""
         out: dict[str, Any] = {
             "stream": self.stream, "partition": self.partition, "state": self.state.value, "reason": self.reason,
-            "rows": self.rows, "watermark": self.watermark, "snapshot_id": _id(self.snapshot_id),
+            "rows": self.rows, "watermark": self.watermark, "snapshot_id": id_text(self.snapshot_id),
             "checked_at": self.checked_at,
         }
         if self.timeout:
@@ -79,7 +80,7 @@ class PartitionEvent:
         return cls(
             stream=str(data["stream"]), partition=str(data["partition"]), state=State(data["state"]),
             reason=str(data.get("reason") or ""), rows=int(data.get("rows") or 0), watermark=data.get("watermark"),
-            snapshot_id=_int(data.get("snapshot_id")), checked_at=str(data.get("checked_at") or ""),
+            snapshot_id=id_number(data.get("snapshot_id")), checked_at=str(data.get("checked_at") or ""),
             timeout=bool(data.get("timeout", False)),
         )
 
@@ -106,12 +107,12 @@ class VerifiedPartition:
     def to_dict(self) -> dict[str, Any]:
         """The ``verify`` task's XCom (the snapshot id a string, as in every JSON laketide hands out)."""
         return {"partition": self.partition, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
-                "duplicates": self.duplicates, "snapshot_id": _id(self.snapshot_id), "results": self.results}
+                "duplicates": self.duplicates, "snapshot_id": id_text(self.snapshot_id), "results": self.results}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifiedPartition:
         return cls(str(data["partition"]), int(data["audit"]), int(data["lake"]), int(data["rejects"]),
-                   _int(data.get("snapshot_id")), str(data["results"]), int(data.get("duplicates") or 0))
+                   id_number(data.get("snapshot_id")), str(data["results"]), int(data.get("duplicates") or 0))
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,8 @@ class ClosedPartition:
         an upsert stream's change log only grows, so those are the hour's new changes)."""
         return {"stream": self.stream, "table": self.table, "partition": self.partition, "rows": self.rows,
                 "rejects": self.rejects, "duplicates_removed": self.duplicates_removed, "audit": self.audit,
-                "snapshot_id": _id(self.snapshot_id), "closed_at": self.closed_at, "reclose": self.reclose,
-                "snapshot_range": {"from": _id(self.previous_snapshot_id), "to": _id(self.snapshot_id)}}
+                "snapshot_id": id_text(self.snapshot_id), "closed_at": self.closed_at, "reclose": self.reclose,
+                "snapshot_range": {"from": id_text(self.previous_snapshot_id), "to": id_text(self.snapshot_id)}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClosedPartition:
@@ -165,15 +166,6 @@ class ClosedPartition:
         were added, or with the snapshot id as a JSON number."""
         previous = (data.get("snapshot_range") or {}).get("from")
         return cls(str(data["stream"]), str(data["table"]), str(data["partition"]), int(data["rows"]),
-                   int(data["rejects"]), _int(data.get("snapshot_id")), int(data.get("audit") or 0),
+                   int(data["rejects"]), id_number(data.get("snapshot_id")), int(data.get("audit") or 0),
                    str(data.get("closed_at") or ""), bool(data.get("reclose", False)),
-                   int(data.get("duplicates_removed") or 0), _int(previous))
-
-
-def _id(snapshot_id: int | None) -> str | None:
-    return None if snapshot_id is None else str(snapshot_id)
-
-
-def _int(snapshot_id: object) -> int | None:
-    """A snapshot id read back from JSON: a string of digits, or a number (records written before ids were strings)."""
-    return None if snapshot_id is None else int(str(snapshot_id))
+                   int(data.get("duplicates_removed") or 0), id_number(previous))

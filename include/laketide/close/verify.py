@@ -56,7 +56,7 @@ from laketide.ingest.inspection import event_time, inspect
 from laketide.ingest.landing import read_audits
 from laketide.lake.commits import duplicates_removed, source_positions
 from laketide.lake.hours import HOUR, hour_start, partition_key
-from laketide.lake.snapshots import lineage_summaries
+from laketide.lake.snapshots import id_text, lineage_summaries
 from laketide.logs import quiet_libraries
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class Verification:
         return json.dumps({
             "success": self.success, "audit": self.audit, "lake": self.lake, "rejects": self.rejects,
             "missing": self.missing, "duplicates": self.duplicates, "pending_files": self.pending_files,
-            "snapshot_id": self.snapshot_id,
+            "snapshot_id": id_text(self.snapshot_id),
             "failures": self.failures, "findings": self.findings, "results": str(self.results_path),
         }, separators=(",", ":"))
 
@@ -376,7 +376,7 @@ def verify_partition(config: LaketideConfig, stream: StreamConfig, partition: da
     if merged is not None:
         failures += merged.failures()
     payload.setdefault("meta", {})["laketide"] = {
-        "stream": stream.name, "table": stream.table, "partition": key, "snapshot_id": snapshot_id,
+        "stream": stream.name, "table": stream.table, "partition": key, "snapshot_id": id_text(snapshot_id),
         "audit": audit, "lake": found.rows, "rejects": rejects, "duplicates": duplicates,
         "lake_rows_from_metadata": found.metadata_rows, "duplicated_ids": found.duplicates.ids,
         "examples": {"duplicated": found.duplicates.examples, "outside": found.outside_examples},

@@ -64,6 +64,17 @@ class Snap:
     summary: dict[str, str]  # "operation" and every other key, e.g. "laketide.writer-id"
 
 
+def id_text(snapshot_id: int | None) -> str | None:
+    """A snapshot id as laketide writes it into JSON: a string of digits (64-bit ids lose digits in JavaScript's
+    numbers, Airflow's UI among their readers)."""
+    return None if snapshot_id is None else str(snapshot_id)
+
+
+def id_number(snapshot_id: object) -> int | None:
+    """A snapshot id read back from JSON: a string of digits, or a number (records written before ids were strings)."""
+    return None if snapshot_id is None else int(str(snapshot_id))
+
+
 def table_lineage(table: Table, snapshot_id: int | None) -> tuple[list[Snapshot], bool]:
     """The lineage of ``snapshot_id`` in a loaded pyiceberg table, newest first, and whether it is whole (it reaches
     a snapshot without a parent; False when expiry removed a parent). Reads the metadata already loaded."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from laketide.close.status import TABLE_PROPERTIES, StatusRecord
 from laketide.config import LaketideConfig
 from laketide.lake.catalog import append_rows, load_catalog, table_or_create
+from laketide.lake.snapshots import id_number, id_text
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -204,8 +205,7 @@ class Action:
             "dry_run": r.dry_run, "requested_by": r.requested_by, "run_id": r.run_id,
             "started_at": self.started_at.isoformat(timespec="seconds"),
             "recorded_at": r.recorded_at.isoformat(timespec="seconds"),
-            "from_snapshot": None if r.from_snapshot is None else str(r.from_snapshot),
-            "to_snapshot": None if r.to_snapshot is None else str(r.to_snapshot),
+            "from_snapshot": id_text(r.from_snapshot), "to_snapshot": id_text(r.to_snapshot),
             "start": None if r.start_hour is None else r.start_hour.isoformat(),
             "end": None if r.end_hour is None else r.end_hour.isoformat(),
             "hours": r.hour_changes, "report": r.lines(), "steps": self.steps,
@@ -231,7 +231,7 @@ def _from_status(rows: Iterable[StatusRecord]) -> list[ActionRecord]:
         seen[key] = ActionRecord(
             action_id=key, action=action["action"], stream=r.stream, outcome="done", dry_run=False,
             requested_by=action.get("requested_by"), run_id=r.run_id, recorded_at=at,
-            from_snapshot=action.get("from_snapshot"), to_snapshot=action.get("to_snapshot"),
+            from_snapshot=id_number(action.get("from_snapshot")), to_snapshot=id_number(action.get("to_snapshot")),
             start_hour=datetime.fromisoformat(action["start"]) if action.get("start") else None,
             end_hour=datetime.fromisoformat(action["end"]) if action.get("end") else None,
             hours=_hours_json(action.get("hours") or {}), report=r.reason,

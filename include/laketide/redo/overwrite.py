@@ -22,6 +22,7 @@ from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ActionRequestError
 from laketide.lake.commits import ACTION, ACTION_ID, REPLACED_HOURS
 from laketide.lake.hours import HOUR, hours_filter, partition_key
+from laketide.lake.snapshots import id_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -293,7 +294,8 @@ class Outcome:
         return {
             "action": r.kind, "action_id": r.action_id, "stream": r.stream.name, "requested_by": r.requested_by,
             "at": self.at.isoformat(), "start": r.start.isoformat(), "end": r.end.isoformat(), "dry_run": r.dry_run,
-            "committed": self.committed, "from_snapshot": self.from_snapshot, "to_snapshot": self.to_snapshot,
+            "committed": self.committed, "from_snapshot": id_text(self.from_snapshot),
+            "to_snapshot": id_text(self.to_snapshot),
             "hours": {h: c.as_dict() for h, c in sorted(self.hours.items())}, "notes": self.notes,
         }
 

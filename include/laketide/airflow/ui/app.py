@@ -21,7 +21,10 @@ Asset paths and ``fetch()`` URLs are relative, so the view works under a base UR
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any, TypeVar
@@ -37,6 +40,7 @@ from laketide.airflow.ui import charts, models, panels, ranges, writer
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.errors import ConfigError, RangeError, RequestError
 
+log = logging.getLogger("laketide.airflow.ui")
 T = TypeVar("T")
 #: the maintenance DAG whose read permission guards the health panel
 MAINTAIN_DAG = "laketide_maintain"
@@ -105,9 +109,26 @@ def _asset(name: str) -> str:
     return resources.files("laketide.airflow.ui").joinpath("static", name).read_text(encoding="utf-8")
 
 
+def warm() -> None:
+    """Read every table's health once: the catalog and metadata libraries imported, each manifest read and kept
+    (``laketide.maintain.health``), so that the panel's first request costs what the next ones do."""
+    try:
+        panels.health(config())
+    except Exception as exc:  # a view that cannot read the lake says so on each request; nothing to do here
+        log.info("lakehouse view: tables not read ahead (%s)", exc)
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    """When the API server starts (Airflow enters a mounted app's lifespan; no other Airflow process does), the
+    metadata the view answers from is read ahead in the background (:func:`warm`)."""
+    threading.Thread(target=warm, name="laketide-view-warm", daemon=True).start()
+    yield
+
+
 # no unauthenticated documentation routes (/docs, /redoc, /openapi.json): every route needs the login
 app = FastAPI(title="laketide lakehouse view", description=__doc__, responses=ERRORS, docs_url=None, redoc_url=None,
-              openapi_url=None)
+              openapi_url=None, lifespan=lifespan)
 
 
 @app.get("/", response_class=HTMLResponse, dependencies=UI, include_in_schema=False)

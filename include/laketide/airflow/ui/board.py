@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from laketide.airflow.ui import models
 from laketide.close.partitions import PartitionStatus, State
@@ -181,6 +182,10 @@ def board(config: LaketideConfig, stream: StreamConfig, start: datetime, end: da
         elapsed_ms=round((time.perf_counter() - began) * 1000, 1), days=day_summaries(cells), state=state)
 
 
+#: keys of a step's verification JSON that hold a snapshot id (records written before ids were strings hold numbers)
+SNAPSHOT_KEYS = frozenset({"snapshot_id", "from_snapshot", "to_snapshot"})
+
+
 def _verification(text: str | None) -> dict[str, object] | None:
     if not text:
         return None
@@ -188,7 +193,14 @@ def _verification(text: str | None) -> dict[str, object] | None:
         data = json.loads(text)
     except ValueError:
         return None
-    return data if isinstance(data, dict) else None
+    return _ids_as_text(data) if isinstance(data, dict) else None
+
+
+def _ids_as_text(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every snapshot id a string, however old the record (JavaScript rounds 64-bit numbers)."""
+    return {key: (str(value) if key in SNAPSHOT_KEYS and isinstance(value, int) and not isinstance(value, bool)
+                  else _ids_as_text(value) if isinstance(value, dict) else value)
+            for key, value in data.items()}
 
 
 def steps(records: Iterable[StatusRecord]) -> list[models.HourStep]:
