@@ -5,13 +5,13 @@ Every such command of the two pages (an inline code span, or a line of a fenced 
 :data:`DOCUMENTED`: a command added or changed in the docs fails the test until it is classified there. How each
 kind is run (placeholders such as ``<id>`` or ``S`` are filled in with the lake's values first):
 
-* ``run``: for real. Two Spark jobs through ``spark-submit`` (about 20 s each): the writer, as
+* ``run``: for real. Every job of ``spark_jobs/`` through ``spark-submit`` (about 20 s each): the writer, as
   ``make submit JOB=ingest_stream.py ARGS="--stream clicks --mode incremental"``, which runs
-  ``./laketide submit ingest_stream.py ...`` (its rows are then checked exactly once), and a backfill's dry run,
-  ``./laketide submit backfill.py ...``; and the commands that start no Spark (status, reconcile, snapshots);
+  ``./laketide submit ingest_stream.py ...`` (its rows are then checked exactly once), a backfill's dry run,
+  a maintenance dry run, a repair (nothing to repair: no row changes) and a redo to the table's head (nothing
+  discarded, nothing to re-ingest); and the commands that start no Spark (status, reconcile, snapshots, archive);
 * ``print``: ``./laketide submit --print JOB ...``: the spark-submit command is built for the job's file, with the
-  configuration in force, and nothing runs. maintain.py, redo.py and repair.py are covered this way, so every job
-  of ``spark_jobs/`` is submitted (two) or built (three) once;
+  configuration in force, and nothing runs (the tombstones' expiry: this lake has no upsert stream);
 * ``trigger``: redo, backfill, repair and close check their params against the lake and trigger their DAG, here on a
   stand-in ``airflow`` command (``tests.test_cli.fake_airflow``; ``--no-wait`` added: following a run is tested in
   tests/test_cli.py);
@@ -52,10 +52,10 @@ DOCUMENTED: dict[str, str] = {
     f"./laketide submit backfill.py --stream clicks {HOURS}": "run",
     "./laketide submit ingest_stream.py --stream clicks --mode incremental": "print",
     "./laketide submit --print ...": "print",
-    "./laketide submit maintain.py --table lake.clicks --actions expire_snapshots": "print",
+    "./laketide submit maintain.py --table lake.clicks --actions expire_snapshots": "run",
     "./laketide submit maintain.py --table lake.accounts__tombstones --actions expire_tombstones": "print",
-    "./laketide submit redo.py --stream clicks --snapshot-id <id> --dry-run false --run-id <name>": "print",
-    f"./laketide submit repair.py --stream clicks {HOURS} --dry-run false": "print",
+    "./laketide submit redo.py --stream clicks --snapshot-id <id> --dry-run false --run-id <name>": "run",
+    f"./laketide submit repair.py --stream clicks {HOURS} --dry-run false": "run",
     "./laketide redo --stream S --snapshot-id ID": "trigger",
     "./laketide redo --stream clicks --snapshot-id <id>": "trigger",
     "./laketide redo --stream clicks --snapshot-id <id> --apply": "trigger",
@@ -69,6 +69,11 @@ DOCUMENTED: dict[str, str] = {
     "./laketide submit JOB ARGS...": "skip: the form of a command",
     'make submit JOB=... ARGS="..."': "skip: the form of a command",
 }
+
+
+#: what a job run for real prints (its report), by the job's file
+JOB_SAYS = {"maintain.py": "lake.clicks expire_snapshots: ", "repair.py": "nothing to repair",
+            "redo.py": "done: redo docs-check of clicks", "backfill.py": "DRY RUN: "}
 
 
 def documented() -> set[str]:
@@ -134,6 +139,9 @@ def test_the_documented_commands_run_from_a_plain_shell(tmp_path: Path) -> None:
                            "--snapshot-id ID": f"--snapshot-id {table.metadata.current_snapshot_id}"})
         if command.startswith("./laketide submit backfill.py"):
             assert "DRY RUN: " in done.stdout and '"dry_run": true' in done.stdout, done.stdout[-3000:]
+        if kind == "run" and (says := JOB_SAYS.get(shell.split()[2] if "submit " in shell else "")):
+            assert says in done.stdout, f"{shell}\n{done.stdout[-3000:]}"
+    assert_exactly_once(config_path)  # the repair and the redo to the head changed no row
     triggered = [json.loads(line)["argv"] for line in asked.read_text().splitlines()]
     assert [argv[2] for argv in triggered] == ["laketide_redo", "laketide_redo", "laketide_redo", "laketide_backfill",
                                               "laketide_repair", "laketide_close_clicks"]
