@@ -272,11 +272,13 @@ class BatchWriter(PublicPath):
         files = batch_files(batch)
         # each file's content hash, read beside Spark's pass (from the page cache it just filled)
         hashing = _HASHING.submit(file_stats.with_content, files.stats, data_dir(stream.landing_path))
-        long = long_lines.find(stream, files.stats)  # reads nothing unless a file is above max_line_bytes
+        # the lines above max_line_bytes, looked for beside Spark's pass too (nothing is read unless a file is larger
+        # than max_line_bytes); the batch's rows above the limit are left out whether there are such lines or not: a
+        # batch without one has no such row, and the filter is one comparison per line
+        finding = _HASHING.submit(long_lines.find, stream, files.stats)
         file_set = f"laketide-{stream.writer_id}-{batch_id}-{uuid.uuid4().hex[:12]}"
         planned = time.monotonic()
-        rows = self.validator.staged_rows(long_lines.without_long(batch, stream) if long else batch, batch_id,
-                                          files=files)
+        rows = self.validator.staged_rows(long_lines.without_long(batch, stream), batch_id, files=files)
         dropped: dict[str, int] = {}
         marked = None
         if stream.dedupe_on_write:
@@ -289,6 +291,7 @@ class BatchWriter(PublicPath):
                 marked.unpersist()
             files.stats = hashing.result()
         try:
+            long = finding.result()
             self._commit(batch, batch_id, staged, dropped, events_marker, files, now, (started, planned), long)
         finally:
             for location in staged.null_files:
