@@ -111,8 +111,11 @@ def _asset(name: str) -> str:
 
 def warm() -> None:
     """Read every table's health once: the catalog and metadata libraries imported, each manifest read and kept
-    (``laketide.maintain.health``), so that the panel's first request costs what the next ones do."""
+    (``laketide.maintain.health``), so that the panel's first request costs what the next ones do. The file IO the
+    tables are read with is imported also when no table exists yet (a new quickstart: the writer creates them)."""
     try:
+        import pyiceberg.io.pyarrow  # noqa: F401  (about 0.5 s: pyarrow's file systems)
+
         panels.health(config())
     except Exception as exc:  # a view that cannot read the lake says so on each request; nothing to do here
         log.info("lakehouse view: tables not read ahead (%s)", exc)
