@@ -267,10 +267,10 @@ def run_ids(server: Server, dag_id: str) -> set[str]:
 
 
 def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Server, tmp_path: Path) -> None:
-    """Select hours on the board (a click, a shift-click), start a backfill dry run and a close range: each run
-    exists in Airflow with the DAG's params for exactly those hours, started as the user; the run's link, followed,
-    moves Airflow's page itself (not the frame) to the run. A wrong selection starts nothing and says why; the
-    legend filters the board, each day has its summary, a closed hour links to its close run."""
+    """Select hours on the board (a click, a shift-click), start dry runs of a backfill, a repair and a redo, and a
+    close range: each run exists in Airflow with the DAG's params for exactly those hours, started as the user; the
+    run's link, followed, moves Airflow's page itself (not the frame) to the run. A wrong selection starts nothing
+    and says why; the legend filters the board, each day has its summary, a closed hour links to its close run."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -282,7 +282,8 @@ def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Serv
     driver = browser(tmp_path / "chromium")
     cell = lambda offset: driver.find_element(By.CSS_SELECTOR, f".cell[data-hour='{lake.key(offset)}']")
     result = lambda: driver.find_element(By.ID, "action-result").text
-    before = {dag: run_ids(server, dag) for dag in ("laketide_backfill", "laketide_repair", "laketide_close_clicks")}
+    before = {dag: run_ids(server, dag)
+              for dag in ("laketide_backfill", "laketide_repair", "laketide_redo", "laketide_close_clicks")}
     try:
         wait = open_view(driver, server, "admin")
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".cell[data-state=closed]")))
@@ -309,6 +310,9 @@ def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Serv
         driver.find_element(By.CSS_SELECTOR, "[data-action=backfill]").click()
         backfill_id = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#action-result #run-link"))).text
         assert "Started dry run: backfill of clicks" in result()
+        driver.find_element(By.CSS_SELECTOR, "[data-action=repair]").click()
+        wait.until(lambda d: "Started dry run: repair of clicks" in result())
+        repair_id = driver.find_element(By.CSS_SELECTOR, "#action-result #run-link").text
         driver.find_element(By.CSS_SELECTOR, "[data-action=close]").click()
         wait.until(lambda d: "Started close range" in result())
         close_link = driver.find_element(By.CSS_SELECTOR, "#action-result #run-link")
@@ -329,6 +333,13 @@ def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Serv
         # the legend filters the board on a state; every day has its summary
         driver.get(server.url + "/plugin/laketide")
         driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
+        # a redo dry run of the hours H-7 .. H-5: back to the snapshot before their first commit, scoped to them
+        wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-action=redo]")))
+        cell(-7).click()
+        ActionChains(driver).key_down(Keys.SHIFT).click(cell(-5)).key_up(Keys.SHIFT).perform()
+        driver.find_element(By.CSS_SELECTOR, "[data-action=redo]").click()
+        wait.until(lambda d: "Started dry run: redo of clicks" in result())
+        redo_id = driver.find_element(By.CSS_SELECTOR, "#action-result #run-link").text
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-legend=failed]"))).click()
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".cell")) == 1)
         assert cell(-7).get_attribute("data-state") == "failed"
@@ -340,12 +351,18 @@ def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Serv
 
     backfill = dag_run(server, "laketide_backfill", backfill_id)
     assert backfill["conf"] == {"stream": "clicks", "start": lake.key(-10), "end": lake.key(-8), "dry_run": True}
+    repair = dag_run(server, "laketide_repair", repair_id)
+    assert repair["conf"] == {"stream": "clicks", "start": lake.key(-10), "end": lake.key(-8), "dry_run": True}
+    redo = dag_run(server, "laketide_redo", redo_id)
+    assert redo["conf"] == {"stream": "clicks", "snapshot_id": str(lake.snapshots[1]), "at": None,
+                            "start": lake.key(-7), "end": lake.key(-4), "dry_run": True}
     close = dag_run(server, "laketide_close_clicks", close_id)
     assert close["conf"] == {"start": lake.key(-10), "end": lake.key(-8)}
-    for run in (backfill, close):
+    for run in (backfill, repair, redo, close):
         assert run["triggering_user_name"] == "admin" and run["triggered_by"] == "ui", run  # as the user
     started = {dag: run_ids(server, dag) - ids for dag, ids in before.items()}
-    assert started == {"laketide_backfill": {backfill_id}, "laketide_repair": set(),
+    assert started == {"laketide_backfill": {backfill_id}, "laketide_repair": {repair_id},
+                       "laketide_redo": {redo_id},
                        "laketide_close_clicks": {close_id}}  # the refused requests started nothing
 
     # a viewer may start none of these runs: no action button is shown to one
