@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from laketide.config import REPO_ROOT
+from tests.dag_run import run_in_process
 from tests.helpers import load, unique_catalog, write_config
 from tests.test_writer import produce
 
@@ -127,12 +128,7 @@ def run_dag(env: dict[str, str], dag_id: str, **kwargs: Any) -> dict[str, Any]:
     file = {"laketide_redo": "laketide_redo.py", "laketide_close_clicks": "laketide_close.py"}.get(
         dag_id, "laketide_ingest.py")
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "tests.dag_run", str(REPO_ROOT / "dags" / file), dag_id,
-                          json.dumps(kwargs, default=str)], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=400)
-    lines = [line for line in run.stdout.splitlines() if line.startswith('{"state"')]
-    assert run.returncode == 0 and lines, (run.stdout + run.stderr)[-6000:]
-    result: dict[str, Any] = json.loads(lines[-1])
+    result, _ = run_in_process(REPO_ROOT / "dags" / file, dag_id, env, REPO_ROOT, **kwargs)
     print(f"{dag_id}: {result['state']} in {time.monotonic() - started:.0f}s")
     assert result["state"] == "success", result
     return result

@@ -32,6 +32,7 @@ import yaml
 
 from laketide.config import REPO_ROOT
 from laketide.lake.spark import submit_command
+from tests.dag_run import run_in_process
 from tests.helpers import config_env, kill_group, load, write_group_config
 from tests.pg import PgCluster, _free_port
 from tests.test_writer import assert_exactly_once, produce
@@ -134,13 +135,8 @@ def profile(jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pr
 def run_dag(profile: Profile, dag_file: str, dag_id: str, **kwargs: Any) -> dict[str, Any]:
     """``dag.test()`` in a process of its own, on the profile's Airflow database and Spark connection."""
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "tests.dag_run", str(REPO_ROOT / "dags" / dag_file), dag_id,
-                          json.dumps(kwargs, default=str)], env=profile.airflow_env, cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=400)
-    lines = [line for line in run.stdout.splitlines() if line.startswith('{"state"')]
-    assert run.returncode == 0 and lines, (run.stdout + run.stderr)[-6000:]
-    result: dict[str, Any] = json.loads(lines[-1])
-    result["output"] = run.stdout + run.stderr
+    result, output = run_in_process(REPO_ROOT / "dags" / dag_file, dag_id, profile.airflow_env, REPO_ROOT, **kwargs)
+    result["output"] = output
     print(f"{dag_id}: {result['state']} in {time.monotonic() - started:.0f}s")  # the cost, with pytest -s
     return result
 

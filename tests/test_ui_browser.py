@@ -335,6 +335,7 @@ def test_board_range_actions_start_runs_and_their_links_open_at_top(server: Serv
         driver.switch_to.frame(wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe"))))
         # a redo dry run of the hours H-7 .. H-5: back to the snapshot before their first commit, scoped to them
         wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "[data-action=redo]")))
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f".cell[data-hour='{lake.key(-7)}']")))
         cell(-7).click()
         ActionChains(driver).key_down(Keys.SHIFT).click(cell(-5)).key_up(Keys.SHIFT).perform()
         driver.find_element(By.CSS_SELECTOR, "[data-action=redo]").click()
