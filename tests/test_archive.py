@@ -6,7 +6,7 @@ the test process's SparkSession, hours are verified and closed by the close's ow
 process. Adversarial schedules: a batch the writer committed to Iceberg but not to its checkpoint (a kill between
 the two: Spark reads that batch's files again on restart, so they must stay), a file landing late after its hour
 closed (not archived until ingested and re-closed), a sweep already under way, a redo holding the stream, a redo
-that must re-ingest archived files."""
+that must re-ingest archived files, a sweep (a real process) while a backfill reads the files it would move."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from laketide.close.archive import archive_closed, archive_lock
+from laketide.close.archive import LOCKED, archive_closed, archive_lock
 from laketide.close.closing import close, find_reopened, verify
 from laketide.close.reconcile import reconcile
 from laketide.close.verify import verify_partition
@@ -176,7 +177,7 @@ def test_no_sweep_beside_another_or_under_a_redo(lake: Lake) -> None:
     with archive_lock(stream.landing_path, wait=False) as mine:
         assert mine
         result = archive_closed(lake.config, stream)
-        assert result.skipped == "another archive sweep of this landing zone is under way"
+        assert result.skipped == LOCKED
     held = lease_of(lake.config, stream)
     held.acquire()
     try:
@@ -251,3 +252,70 @@ def test_a_sweep_killed_between_its_renames_loses_nothing_and_the_next_one_finis
     assert archived_audits(stream, hour) == {audit_name(n) for n in names}
     assert list(audit_dir(stream.landing_path).iterdir()) == []
     assert_exactly_once(lake.config_path)
+
+
+def test_a_sweep_leaves_the_files_a_backfill_is_reading(spark: Any, lake: Lake, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new hour closed while archiving is off (its files stay in ``data/``), then a backfill of it held once it has
+    fixed the paths of the files it re-reads: ``./laketide archive`` (a real process) skips the zone instead of moving
+    them from under it; released, the backfill re-reads every file and changes no row; the next sweep moves them."""
+    from laketide.dev import faults as dev_faults
+    from laketide.redo import backfill as backfill_module
+    from laketide.redo.backfill import backfill, prepare
+    from laketide.redo.overwrite import validate_request
+
+    stream = lake.stream
+    hour = "2026-11-20T12:00:00+00:00"
+    produce(lake.config_path, "--start", hour, "--hours", "1", "--events-per-hour", "150", "--events-per-file", "50",
+            "--malformed-ratio", "0.03", "--seed", "35")
+    ingest(spark, lake.config_path)
+    names = live(stream)
+    assert len(names) == 3
+    off = lake.config.model_copy(update={"streams": [stream.model_copy(update={"archive_closed_hours": False})]})
+    close(off, off.stream("clicks"), verify(off, off.stream("clicks"), parse_partition(hour)))
+    assert live(stream) == names
+    before = content(lake)
+
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    for name, value in {"LAKETIDE_FAULT": "backfill_read:0", "LAKETIDE_FAULT_DIR": str(faults),
+                        "LAKETIDE_FAULT_MODE": "hold"}.items():
+        monkeypatch.setenv(name, value)
+    # this process started without LAKETIDE_FAULT, so its pause points are off: armed here, in this module only
+    monkeypatch.setattr(backfill_module, "maybe_pause", dev_faults.maybe_pause)
+    request = validate_request(lake.config, "backfill", "clicks", hour, "2026-11-20T13:00:00+00:00", False)
+    plan = prepare(lake.config, request)
+    assert set(plan.files) == names
+    outcome: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(backfill(spark, lake.config, request, plan))
+        except BaseException as exc:  # handed to the test's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (faults / "backfill_read-0.reached").exists():
+            assert worker.is_alive() and time.monotonic() < deadline, failed
+            time.sleep(0.1)
+        sweep = subprocess.run([sys.executable, "-m", "laketide.cli", "archive", "--stream", "clicks"],
+                               env=config_env(lake.config_path), capture_output=True, text=True, timeout=120)
+        assert sweep.returncode == 0, sweep.stderr
+        assert f"archive skipped: {LOCKED}" in sweep.stdout, sweep.stdout
+        assert live(stream) == names and archived(stream, hour) == set()
+    finally:
+        (faults / "backfill_read-0.release").touch()
+        worker.join(timeout=300)
+    assert not failed, failed
+    (result,) = outcome
+    assert result.committed
+    assert result.hours[hour].rows_after == result.hours[hour].rows_before > 0
+    assert content(lake) == before
+    assert_exactly_once(lake.config_path)
+
+    moved = archive_closed(lake.config, stream)  # the zone is free again: the hour's files go
+    assert moved.moved == {hour: 3} and live(stream) == set() and archived(stream, hour) == names

@@ -18,7 +18,8 @@ A file of a closed hour is archived when the writer is done with it for good:
 A file that landed after the close (late, not taken yet) stays until the hour's next close. Files without a
 contract name (no hour), hidden and empty files are never moved: the verification reports them where they are.
 
-One sweep at a time per landing zone (a lock file in ``archive/``), and none while a redo holds the stream: a redo
+One sweep at a time per landing zone (a lock file in ``archive/``), none while a backfill reads the zone's files (it
+holds the same lock: Spark reads a file at the path it was given), and none while a redo holds the stream: a redo
 moves the files it re-ingests back into ``data/`` (:func:`restore`), after waiting for a sweep under way.
 Each close (and re-close) of an hour archives that hour's files (:func:`archive_closed`); ``./laketide archive``
 sweeps every closed hour (an existing landing zone's history, once; ``--dry-run``: what it would move).
@@ -56,6 +57,8 @@ from laketide.lake.hours import partition_key
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"
+#: why a sweep skipped a landing zone whose archive lock another process holds
+LOCKED = "another archive sweep, or a backfill reading its files, holds this landing zone's archive lock"
 
 
 @contextlib.contextmanager
@@ -85,7 +88,7 @@ class ArchiveResult:
     moved: dict[str, int] = field(default_factory=dict)
     #: files of closed hours left in ``data/``, per hour, with why (a late file, a batch not finished)
     kept: dict[str, int] = field(default_factory=dict)
-    #: why nothing was looked at (archiving off, a redo holds the stream, another sweep runs), or None
+    #: why nothing was looked at (archiving off, a redo holds the stream, another sweep or a backfill runs), or None
     skipped: str | None = None
     dry_run: bool = False
 
@@ -165,7 +168,7 @@ def archive_closed(config: LaketideConfig, stream: StreamConfig, hours: dict[str
     (nothing moved with ``dry_run``): of ``hours`` (partition key -> time of its close; the close of an hour passes
     its own), or of every hour whose last status record is a close (None: the sweep of ``./laketide archive``).
     Idempotent; skipped (and said so) when ``archive_closed_hours`` is off, a redo holds the stream, or another
-    sweep of this landing zone is under way."""
+    sweep or a backfill holds the landing zone's archive lock."""
     result = ArchiveResult(stream.name, dry_run=dry_run)
     if not stream.archive_closed_hours and not dry_run:
         result.skipped = f"streams[{stream.name}].archive_closed_hours is false"
@@ -174,7 +177,7 @@ def archive_closed(config: LaketideConfig, stream: StreamConfig, hours: dict[str
         return result
     with archive_lock(stream.landing_path, wait=False) as locked:
         if not locked:
-            result.skipped = "another archive sweep of this landing zone is under way"
+            result.skipped = LOCKED
             return result
         if (redo := redo_holds(config, stream)) is not None:
             result.skipped = f"a redo holds the stream ({redo}); its hours are archived at their next close"

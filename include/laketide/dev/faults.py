@@ -16,7 +16,8 @@ let a second writer overtake it). Points, in the order a batch passes them:
 * ``after_commit``: both Iceberg commits are done, Spark has not yet recorded the batch as committed
 
 and, outside the writer, ``archive_audits`` (batch 0): an archive sweep (``laketide.close.archive``) has moved
-its data files into the archive, not yet their audit records.
+its data files into the archive, not yet their audit records; ``backfill_read`` (batch 0): a backfill has fixed the
+paths of the landing files it re-reads and read none of them yet.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ POINTS = ("batch_start", "before_commit", "between_tables", "after_commit",
           # the merge on a staging branch (a big merged table): its writes on the branch done, main not moved yet
           "merge_staged",
           # an archive sweep of closed hours' landing files (laketide.close.archive), between its two renames
-          "archive_audits")
+          "archive_audits",
+          # a backfill (laketide.redo.backfill) has fixed the paths of the files it re-reads, read none yet
+          "backfill_read")
 
 
 def armed(point: str, batch_id: int, stream: str = "") -> str | None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
+from laketide.ingest.faultpoints import maybe_pause
 from laketide.ingest.landing import data_dir, hidden, landed_path, name_hour, published_files, read_audits
 from laketide.lake.commits import DUPLICATES_DROPPED, SOURCE_FILES
 from laketide.lake.hours import partition_key
@@ -215,8 +216,20 @@ def _counts(df: DataFrame, key: Any) -> dict[str, int]:
 def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan: FilePlan) -> Outcome:
     """Run (or, for a dry run, plan and count) the backfill of ``request`` with the files of ``plan``.
 
+    The landing zone's archive lock is held throughout (``close.archive.archive_lock``): Spark reads a file at the
+    path it was given when the job was built, so a sweep that moved one of the files into its hour's archive folder
+    meanwhile would fail the backfill. A sweep (a close's, or ``./laketide archive``) skips the zone while a backfill
+    runs; a backfill waits for a sweep under way.
+
     :raises ActionFailedError: the committed rows per hour differ from the planned ones
     """
+    from laketide.close.archive import archive_lock
+
+    with archive_lock(request.stream.landing_path, wait=True):
+        return _backfill(spark, config, request, plan)
+
+
+def _backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan: FilePlan) -> Outcome:
     from pyspark.sql import functions as F
 
     from laketide.ingest.tables import ensure_tables
@@ -245,6 +258,7 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
         origin = first_ingestion(existing, rejects_at, files, batches_of_files(config, stream))
         parsed, new_rejects = parse(read_lines(spark, stream, files), stream, origin, now, plan.hours,
                                     EXTRA_COLUMN in spark.table(events_name).columns)
+        maybe_pause("backfill_read", 0, stream.name)  # the files' paths are fixed, none is read yet
     else:
         parsed = spark.table(events_name).limit(0)
         new_rejects = rejects_at.limit(0)
