@@ -222,6 +222,37 @@ class Bench:
                 "before": before, "after": after, "compaction_s": compaction}
 
 
+def growth_and_reads(bench: Bench, config: LaketideConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """Parts 2 and 3: one batch's merge as the merged table grows, then reads of the big table before and after
+    compaction."""
+    # the writer's plan at each size (one MERGE below upsert.staged_merge_rows, the staging branch above), and the
+    # staging branch's plan on the small table too: the growth of one plan
+    growth: dict[str, list[float]] = {"small": [], "big": [], "small_staged": []}
+    for i in range(args.growth_rounds):
+        for size in (("small", "small_staged", "big") if i % 2 == 0 else ("big", "small_staged", "small")):
+            rows = args.big_rows if size == "big" else args.small_rows
+            took = bench.growth(rows, args.batch_keys, f"growth_{size}", staged=size == "small_staged")
+            growth[size].append(took)
+            staged = size == "small_staged" or rows >= config.streams[0].upsert.staged_merge_rows
+            plan = "staging branch" if staged else "one MERGE"
+            print(f"  growth r{i + 1} {args.batch_keys:,} changes into {rows:,} rows ({plan}): {took:.2f}s", flush=True)
+    median = {size: statistics.median(times) for size, times in growth.items()}
+    factor = median["big"] / median["small"]
+    staged_factor = median["big"] / median["small_staged"]
+    print(f"one {args.batch_keys:,}-change merge into {args.big_rows:,} rows vs {args.small_rows:,} rows: "
+          f"{factor:.2f}x as the writer merges (target <= {TARGET_GROWTH}); {staged_factor:.2f}x on the staging "
+          f"branch at both sizes ({median['big']:.2f}s, {median['small']:.2f}s, {median['small_staged']:.2f}s)",
+          flush=True)
+    read = bench.reads("growth_big", args.read_repeats)
+    print(f"reads of the {read['rows']:,}-row merged table (median of {args.read_repeats}): "
+          + "; ".join(f"{what} {read['before'][what]:.2f}s with {read['delete_files_before']} delete file(s), "
+                      f"{read['after'][what]:.2f}s after compaction ({read['before'][what] / read['after'][what]:.1f}x)"
+                      for what in ("scan", "lookup"))
+          + f"; the compaction {read['compaction_s']:.1f}s, {read['delete_files_after']} delete file(s) left",
+          flush=True)
+    return {"growth": growth, "growth_factor": factor, "growth_factor_staged": staged_factor, "reads": read}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--changes", type=int, default=400_000)
@@ -273,10 +304,10 @@ def main(argv: list[str] | None = None) -> int:
 
         for mode in args.modes.split(","):  # JIT and class loading, paid before anything is timed
             bench.laketide(f"warm_{mode.strip().split('-')[0]}", warm, mode.strip())
-        figures = run_modes(bench, input_path, expected, args)
+        modes = run_modes(bench, input_path, expected, args)
         spark.stop()
         if args.json:
-            args.json.write_text(json.dumps(figures, indent=1))
+            args.json.write_text(json.dumps(modes, indent=1))
         return 0
     for pipeline in ("laketide", "merge"):  # JIT and class loading, paid before anything is timed
         bench.laketide("warm_l", warm) if pipeline == "laketide" else bench.merge("warm_m", warm)
@@ -300,36 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"laketide upsert writer vs MERGE INTO in foreachBatch: {ratio:.2f}x (rounds "
           f"{', '.join(f'{r:.2f}' for r in per_round)}; target >= {TARGET_RATIO})", flush=True)
 
-    # the writer's plan at each size (one MERGE below upsert.staged_merge_rows, the staging branch above), and the
-    # staging branch's plan on the small table too: the growth of one plan
-    growth: dict[str, list[float]] = {"small": [], "big": [], "small_staged": []}
-    for i in range(args.growth_rounds):
-        for size in (("small", "small_staged", "big") if i % 2 == 0 else ("big", "small_staged", "small")):
-            rows = args.big_rows if size == "big" else args.small_rows
-            took = bench.growth(rows, args.batch_keys, f"growth_{size}", staged=size == "small_staged")
-            growth[size].append(took)
-            staged = size == "small_staged" or rows >= config.streams[0].upsert.staged_merge_rows
-            plan = "staging branch" if staged else "one MERGE"
-            print(f"  growth r{i + 1} {args.batch_keys:,} changes into {rows:,} rows ({plan}): {took:.2f}s", flush=True)
-    median = {size: statistics.median(times) for size, times in growth.items()}
-    factor = median["big"] / median["small"]
-    staged_factor = median["big"] / median["small_staged"]
-    print(f"one {args.batch_keys:,}-change merge into {args.big_rows:,} rows vs {args.small_rows:,} rows: "
-          f"{factor:.2f}x as the writer merges (target <= {TARGET_GROWTH}); {staged_factor:.2f}x on the staging "
-          f"branch at both sizes ({median['big']:.2f}s, {median['small']:.2f}s, {median['small_staged']:.2f}s)",
-          flush=True)
-    read = bench.reads("growth_big", args.read_repeats)
-    print(f"reads of the {read['rows']:,}-row merged table (median of {args.read_repeats}): "
-          + "; ".join(f"{what} {read['before'][what]:.2f}s with {read['delete_files_before']} delete file(s), "
-                      f"{read['after'][what]:.2f}s after compaction ({read['before'][what] / read['after'][what]:.1f}x)"
-                      for what in ("scan", "lookup"))
-          + f"; the compaction {read['compaction_s']:.1f}s, {read['delete_files_after']} delete file(s) left",
-          flush=True)
+    figures: dict[str, Any] = {"ratio": ratio, "per_round": per_round, "seconds": seconds}
+    if args.growth_rounds > 0:  # --growth-rounds 0: part 1 only
+        figures.update(growth_and_reads(bench, config, args))
     spark.stop()
     if args.json:
-        args.json.write_text(json.dumps({"ratio": ratio, "per_round": per_round, "seconds": seconds,
-                                         "growth": growth, "growth_factor": factor,
-                                         "growth_factor_staged": staged_factor, "reads": read}, indent=1))
+        args.json.write_text(json.dumps(figures, indent=1))
     return 0
 
 
