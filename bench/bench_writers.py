@@ -55,9 +55,9 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
+import os
 import random
 import re
 import shutil
@@ -75,6 +75,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench import writer_record  # noqa: E402
+from bench.writer_record import INGEST, MIN_ROUNDS, RECORD, ROOT, WRITER_MODULES, writer_digest  # noqa: E402
 from laketide.config import LaketideConfig, StreamConfig  # noqa: E402
 from laketide.ingest import columns, landing, runner, tables, writer  # noqa: E402
 from laketide.lake.hours import partition_key  # noqa: E402
@@ -463,19 +465,13 @@ def render(figures: dict[str, Any], rows: int) -> str:
 # ------------------------------------------------------------------------------------------ main
 
 
-#: the modules of the writer's per-batch path (bench/README.md: re-run the benchmark when one changes)
-WRITER_MODULES = ("writer.py", "transforms.py", "columns.py", "runner.py", "group.py", "public_writer.py",
-                  "long_lines.py", "bom.py", "sink.py", "failures.py")
-
-
 def writer_fingerprint() -> str:
-    """Which laketide writer was measured: one sha256 prefix over the writer's modules, and the newest
-    modification time among them."""
-    folder = Path(writer.__file__).parent
-    sources = [folder / name for name in WRITER_MODULES]
-    digest = hashlib.sha256(b"".join(s.name.encode() + s.read_bytes() for s in sources)).hexdigest()[:12]
+    """Which laketide writer was measured: the digest of the writer's modules (``writer_record.writer_digest``), and
+    the newest modification time among them."""
+    sources = [INGEST / name for name in WRITER_MODULES]
     modified = datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), UTC)
-    return f"ingest/{{{','.join(WRITER_MODULES)}}} sha256:{digest} newest change {modified:%Y-%m-%dT%H:%M:%SZ}"
+    return (f"ingest/{{{','.join(WRITER_MODULES)}}} sha256:{writer_digest()[:12]} "
+            f"newest change {modified:%Y-%m-%dT%H:%M:%SZ}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -494,18 +490,48 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the tables, files and checkpoints written")
     parser.add_argument("--verbose", action="store_true", help="echo the laketide writer's INFO log")
     parser.add_argument("--strict", action="store_true", help="exit 1 when laketide/native < target")
+    parser.add_argument("--record", action="store_true",
+                        help=f"write the ratios and the writer's digest to {RECORD.relative_to(ROOT)} (the default "
+                             f"input, {MIN_ROUNDS} rounds or more): the test suite checks the writer against it")
     args = parser.parse_args(argv)
     for name in ("events", "files", "files_per_trigger", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.files > args.events:
         parser.error("--files may not exceed --events")
+    if args.record:
+        sizes = ("events", "files", "files_per_trigger")
+        if any(getattr(args, n) != parser.get_default(n) for n in sizes) or args.rounds < MIN_ROUNDS:
+            parser.error(f"--record measures the default input (no --events, --files or --files-per-trigger) in "
+                         f"{MIN_ROUNDS} rounds or more (--rounds {MIN_ROUNDS})")
     return args
+
+
+def record_run(figures: dict[str, Any], results: list[RunResult], rounds: int, fingerprint_at_start: str) -> None:
+    """Write the run's ratios to the writer record, with the digest of the writer that was measured."""
+    if writer_digest() != fingerprint_at_start:
+        raise RuntimeError("the writer's modules changed while the benchmark ran: nothing recorded; run it again")
+    per_round = [
+        round(next(r.rows_per_s for r in results if r.round == tag and r.pipeline == "laketide")
+              / next(r.rows_per_s for r in results if r.round == tag and r.pipeline == "native"), 3)
+        for tag in [f"r{i + 1}" for i in range(rounds)]
+    ]
+    load_now = os.getloadavg()[0]
+    writer_record.write({
+        "writer_sha256": fingerprint_at_start, "modules": list(WRITER_MODULES),
+        "laketide_native": round(figures["ratios"]["laketide/native"], 3),
+        "public_native": round(figures["ratios"]["public/native"], 3),
+        "per_round": per_round, "rounds": rounds, "target": TARGET,
+        "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "load_average_at_end": round(load_now, 2),
+    })
+    print(f"recorded in {RECORD.relative_to(ROOT)}: laketide/native {figures['ratios']['laketide/native']:.2f}x "
+          f"for writer sha256:{fingerprint_at_start[:12]}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     fingerprint = writer_fingerprint()  # the source that was imported at start-up
+    digest = writer_digest()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     batch_log = BatchLog()
     writer.log.setLevel(logging.INFO)
@@ -567,6 +593,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n")
             print(f"figures written to {args.json}")
+        if args.record:
+            record_run(figures, results, args.rounds, fingerprint_at_start=digest)
         below = figures["ratios"]["laketide/native"] < TARGET
         succeeded = True
         return 1 if args.strict and below else 0

@@ -82,6 +82,20 @@ def close_hours(lake: Lake, hours: list[str]) -> None:
         close(lake.config, lake.stream, verify(lake.config, lake.stream, parse_partition(hour)))
 
 
+def closed_in_data(spark: Any, lake: Lake, hour: str, *produce_args: str) -> set[str]:
+    """A new hour of 150 events in 3 files, ingested, then closed while archiving is off: its files stay in data/."""
+    stream = lake.stream
+    produce(lake.config_path, "--start", hour, "--hours", "1", "--events-per-hour", "150", "--events-per-file", "50",
+            *produce_args)
+    ingest(spark, lake.config_path)
+    names = live(stream)
+    assert len(names) == 3
+    off = lake.config.model_copy(update={"streams": [stream.model_copy(update={"archive_closed_hours": False})]})
+    close(off, off.stream("clicks"), verify(off, off.stream("clicks"), parse_partition(hour)))
+    assert live(stream) == names
+    return names
+
+
 @pytest.fixture(scope="module")
 def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lake:
     home = tmp_path_factory.mktemp("archive-lake")
@@ -220,14 +234,7 @@ def test_a_sweep_killed_between_its_renames_loses_nothing_and_the_next_one_finis
     sweep takes the audit records along."""
     stream = lake.stream
     hour = "2026-11-20T11:00:00+00:00"
-    produce(lake.config_path, "--start", hour, "--hours", "1", "--events-per-hour", "150", "--events-per-file", "50",
-            "--seed", "34")
-    ingest(spark, lake.config_path)
-    names = live(stream)
-    assert len(names) == 3
-    off = lake.config.model_copy(update={"streams": [stream.model_copy(update={"archive_closed_hours": False})]})
-    close(off, off.stream("clicks"), verify(off, off.stream("clicks"), parse_partition(hour)))
-    assert live(stream) == names
+    names = closed_in_data(spark, lake, hour, "--seed", "34")
 
     faults = tmp_path / "faults"
     sweep = subprocess.Popen([sys.executable, "-m", "laketide.cli", "archive", "--stream", "clicks"],
@@ -266,14 +273,7 @@ def test_a_sweep_leaves_the_files_a_backfill_is_reading(spark: Any, lake: Lake, 
 
     stream = lake.stream
     hour = "2026-11-20T12:00:00+00:00"
-    produce(lake.config_path, "--start", hour, "--hours", "1", "--events-per-hour", "150", "--events-per-file", "50",
-            "--malformed-ratio", "0.03", "--seed", "35")
-    ingest(spark, lake.config_path)
-    names = live(stream)
-    assert len(names) == 3
-    off = lake.config.model_copy(update={"streams": [stream.model_copy(update={"archive_closed_hours": False})]})
-    close(off, off.stream("clicks"), verify(off, off.stream("clicks"), parse_partition(hour)))
-    assert live(stream) == names
+    names = closed_in_data(spark, lake, hour, "--malformed-ratio", "0.03", "--seed", "35")
     before = content(lake)
 
     faults = tmp_path / "faults"
