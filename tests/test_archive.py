@@ -203,6 +203,23 @@ def test_no_sweep_beside_another_or_under_a_redo(lake: Lake) -> None:
     assert archive_closed(off, off.stream("clicks")).skipped == "streams[clicks].archive_closed_hours is false"
 
 
+def test_a_redo_waits_for_the_archive_lock_and_says_why(lake: Lake, caplog: pytest.LogCaptureFixture) -> None:
+    """A redo moving files back (``restore``) while a sweep or a backfill holds the zone's lock waits for it, and its
+    log says what it waits for."""
+    from laketide.close.archive import restore
+
+    landing = lake.stream.landing_path
+    with archive_lock(landing, wait=False) as mine, caplog.at_level("INFO", logger="laketide.close.archive"):
+        assert mine
+        waiting = threading.Thread(target=restore, args=(landing, []))
+        waiting.start()
+        time.sleep(1)
+        assert waiting.is_alive()
+        assert "waiting for the archive lock" in caplog.text and "a backfill of this landing zone" in caplog.text
+    waiting.join(timeout=30)
+    assert not waiting.is_alive()
+
+
 def test_a_redo_reingests_archived_files_and_they_are_archived_again_at_the_reclose(spark: Any, lake: Lake) -> None:
     from laketide.redo import job
     from laketide.redo.params import validate

@@ -69,10 +69,14 @@ def archive_lock(landing_path: str | Path, *, wait: bool) -> Iterator[bool]:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / LOCK, "a") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
+            if not wait:
+                yield False
+                return
+            log.info("waiting for the archive lock of %s: an archive sweep or a backfill of this landing zone holds "
+                     "it", landing_path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield True
         finally:
