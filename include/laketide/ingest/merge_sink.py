@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from laketide import logs
@@ -198,8 +199,7 @@ class MergeSink:
         else:
             changes = (reader.option("start-snapshot-id", applied).option("end-snapshot-id", target)
                        .load(f"{self.prefix}.{stream.table}"))
-        folded = fold(changes, stream).localCheckpoint()  # one read of the change log for both merges
-        total, deletes, props = self._figures(folded, batch_id, target)
+        folded, (total, deletes, props) = self._folded(changes, batch_id, target)  # one read for both merges
         folded_at = time.monotonic()
         view = f"laketide_changes_{stream.name.replace('-', '_').replace('.', '_')}"
         folded.createOrReplaceTempView(view)
@@ -274,14 +274,33 @@ class MergeSink:
                 "another writer of the stream has merged; this one stops without merging. Check that only one "
                 "writer of the stream runs.")
 
-    def _figures(self, folded: DataFrame, batch_id: int, target: int) -> tuple[int, int, dict[str, str]]:
+    def _folded(self, changes: DataFrame, batch_id: int, target: int) -> tuple[DataFrame, tuple[int, int,
+                                                                                                 dict[str, str]]]:
+        """The fold of ``changes`` computed once (a local checkpoint: both merges read it), and its figures
+        (:meth:`_figures`), counted by the same job (an observation of the checkpoint's pass)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        kinds = sorted(set(OPERATION_KINDS.values()))
+        kind = F.col(KIND)
+        observation = Observation(f"laketide_fold_{uuid.uuid4().hex}")
+        folded = fold(changes, self.stream).observe(
+            observation, F.count(F.lit(1)).alias("total"), F.count_if(F.col(DELETE)).alias("deletes"),
+            F.count_if(kind.isNull() | ~kind.isin(*kinds)).alias("other"),
+            *[F.count_if(kind == k).alias(k) for k in kinds]).localCheckpoint()
+        seen = observation.get
+        if seen["other"]:  # an operation of no known kind: counted by name
+            counts = folded.groupBy(DELETE, KIND).count().collect()
+            by_kind: dict[str, int] = {}
+            for r in counts:
+                by_kind[str(r[KIND])] = by_kind.get(str(r[KIND]), 0) + int(r["count"])
+        else:
+            by_kind = {k: int(seen[k]) for k in kinds if seen[k]}
+        return folded, self._figures(int(seen["total"]), int(seen["deletes"]), by_kind, batch_id, target)
+
+    def _figures(self, total: int, deletes: int, kinds: dict[str, int], batch_id: int,
+                 target: int) -> tuple[int, int, dict[str, str]]:
         """The folded changes and deletes, and the summary properties of the commits applying them."""
-        counts = folded.groupBy(DELETE, KIND).count().collect()
-        deletes = sum(int(r["count"]) for r in counts if r[DELETE])
-        total = sum(int(r["count"]) for r in counts)
-        kinds: dict[str, int] = {}
-        for r in counts:
-            kinds[str(r[KIND])] = kinds.get(str(r[KIND]), 0) + int(r["count"])
         props = {commits.WRITER_ID: self.stream.writer_id, commits.BATCH_ID: str(batch_id), APPLIED: str(target),
                  CHANGES: str(total), DELETES: str(deletes),
                  commits.OPERATIONS: json.dumps(dict(sorted(kinds.items())))}
@@ -294,8 +313,7 @@ class MergeSink:
 
         stream, upsert = self.stream, self.upsert
         changes = spark.read.format("iceberg").option("snapshot-id", target).load(f"{self.prefix}.{stream.table}")
-        folded = fold(changes, stream).localCheckpoint()
-        total, deletes, props = self._figures(folded, batch_id, target)
+        folded, (total, deletes, props) = self._folded(changes, batch_id, target)
         options = snapshot_options(props)
         tomb_columns = [*upsert.primary_key, upsert.sequence_field, stream.event_id_field]
         try:
