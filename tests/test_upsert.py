@@ -142,6 +142,40 @@ def test_backfill_and_repair_of_an_upsert_stream_are_refused_naming_redo(tmp_pat
 
 
 @pytest.mark.slow
+def test_the_fold_is_counted_in_its_own_pass_and_again_when_the_count_does_not_arrive(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merge commits' figures come from an observation of the fold's checkpoint; a wait for it is bounded, and
+    without it (Spark's listener bus dropped it) a job over the checkpoint counts the same figures."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from laketide.ingest import merge_sink
+    from laketide.ingest.columns import json_options, record_schema
+
+    ran, never = Observation("test-ran"), Observation("test-never")
+    spark.range(10).observe(ran, F.count(F.lit(1)).alias("n")).localCheckpoint()
+    assert merge_sink.observed(ran, 30) == {"n": 10}
+    spark.range(10).observe(never, F.count(F.lit(1)).alias("n"))  # no action: its metrics never come
+    started = time.monotonic()
+    assert merge_sink.observed(never, 0.5) is None and time.monotonic() - started < 5
+
+    config = load(upsert_config(tmp_path))
+    stream = config.streams[0]
+    rows = [change("a", 1, "c"), change("a", 2, "u"), change("b", 1, "c"), change("b", 3, "d"), change("c", 2, "I"),
+            change("d", 1, "upsert", cid="d-1"), change("d", 1, "u", cid="d-1-later")]  # a tie: the greater id wins
+    lines = spark.createDataFrame([(json.dumps(r),) for r in rows], "value string")
+    changes = lines.select(F.from_json("value", record_schema(stream), json_options(stream)).alias("r")).select("r.*")
+    sink = merge_sink.MergeSink(config, stream)
+    _, observed_figures = sink._folded(changes, 7, 42)
+    monkeypatch.setattr(merge_sink, "observed", lambda observation, timeout: None)
+    _, counted = sink._folded(changes, 7, 42)
+    assert observed_figures == counted
+    total, deletes, props = counted
+    assert (total, deletes) == (4, 1)
+    assert json.loads(props["laketide.operations"]) == {"delete": 1, "insert": 1, "update": 2}
+
+
+@pytest.mark.slow
 def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path) -> None:
     config_path = upsert_config(tmp_path, upsert=STAGED)
     stream = load(config_path).stream("clicks")

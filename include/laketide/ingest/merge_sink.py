@@ -66,6 +66,8 @@ DELETES = "laketide.deletes"
 #: a batch of at most this many folded changes into a big table is merged on a staging branch with the changes
 #: broadcast (the table scanned, not shuffled); more: one ``MERGE`` (the driver does not hold them)
 BROADCAST_CHANGES = 250_000
+#: seconds the merge waits for the fold's figures counted during its checkpoint (else it counts them again)
+OBSERVATION_WAIT = 10.0
 #: prefix of the merge's staging branches (then the stream's name)
 MERGE_PREFIX = "laketide_merge_"
 
@@ -104,6 +106,19 @@ def newer(stream: StreamConfig, change: str, row: str, delete: str) -> str:
     c, r = change, row
     return (f"({c}.{seq} > {r}.{seq} OR ({c}.{seq} = {r}.{seq} AND "
             f"(({c}.{DELETE} AND NOT {delete}) OR ({c}.{DELETE} = {delete} AND {c}.{eid} > {r}.{eid}))))")
+
+
+def observed(observation: Any, timeout: float) -> dict[str, Any] | None:
+    """The metrics of a PySpark ``Observation`` whose action has run, or None when they have not arrived within
+    ``timeout`` seconds. Spark hands them over through its listener bus, which drops events when a queue is full;
+    ``Observation.get`` would then wait forever (the waiting thread is left behind, a daemon)."""
+    import threading
+
+    got: list[dict[str, Any]] = []
+    waiter = threading.Thread(target=lambda: got.append(observation.get), daemon=True, name="laketide-observation")
+    waiter.start()
+    waiter.join(timeout)
+    return got[0] if got else None
 
 
 def applied_through(table: Any) -> int | None:
@@ -288,15 +303,18 @@ class MergeSink:
             observation, F.count(F.lit(1)).alias("total"), F.count_if(F.col(DELETE)).alias("deletes"),
             F.count_if(kind.isNull() | ~kind.isin(*kinds)).alias("other"),
             *[F.count_if(kind == k).alias(k) for k in kinds]).localCheckpoint()
-        seen = observation.get
-        if seen["other"]:  # an operation of no known kind: counted by name
-            counts = folded.groupBy(DELETE, KIND).count().collect()
-            by_kind: dict[str, int] = {}
-            for r in counts:
-                by_kind[str(r[KIND])] = by_kind.get(str(r[KIND]), 0) + int(r["count"])
-        else:
+        seen = observed(observation, OBSERVATION_WAIT)
+        if seen is not None and not seen["other"]:
             by_kind = {k: int(seen[k]) for k in kinds if seen[k]}
-        return folded, self._figures(int(seen["total"]), int(seen["deletes"]), by_kind, batch_id, target)
+            return folded, self._figures(int(seen["total"]), int(seen["deletes"]), by_kind, batch_id, target)
+        # no observation in time (Spark's listener bus dropped or delayed it), or an operation of no known kind (the
+        # configuration's check keeps those out of the change log): counted by a job over the checkpoint
+        counts = folded.groupBy(DELETE, KIND).count().collect()
+        by_kind = {}
+        for r in counts:
+            by_kind[str(r[KIND])] = by_kind.get(str(r[KIND]), 0) + int(r["count"])
+        deletes = sum(int(r["count"]) for r in counts if r[DELETE])
+        return folded, self._figures(sum(by_kind.values()), deletes, by_kind, batch_id, target)
 
     def _figures(self, total: int, deletes: int, kinds: dict[str, int], batch_id: int,
                  target: int) -> tuple[int, int, dict[str, str]]:

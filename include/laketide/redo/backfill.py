@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from laketide.close.archive import archive_lock
 from laketide.config import EXTRA_COLUMN, LaketideConfig, StreamConfig
 from laketide.errors import ActionFailedError, ActionRequestError
 from laketide.ingest.dedupe import hour_key
@@ -223,8 +224,6 @@ def backfill(spark: SparkSession, config: LaketideConfig, request: Request, plan
 
     :raises ActionFailedError: the committed rows per hour differ from the planned ones
     """
-    from laketide.close.archive import archive_lock
-
     with archive_lock(request.stream.landing_path, wait=True):
         return _backfill(spark, config, request, plan)
 
