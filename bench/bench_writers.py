@@ -465,12 +465,12 @@ def render(figures: dict[str, Any], rows: int) -> str:
 # ------------------------------------------------------------------------------------------ main
 
 
-def writer_fingerprint() -> str:
-    """Which laketide writer was measured: the digest of the writer's modules (``writer_record.writer_digest``), and
+def writer_fingerprint(digest: str) -> str:
+    """Which laketide writer was measured: ``digest`` of the writer's modules (``writer_record.writer_digest``), and
     the newest modification time among them."""
     sources = [INGEST / name for name in WRITER_MODULES]
     modified = datetime.fromtimestamp(max(s.stat().st_mtime for s in sources), UTC)
-    return (f"ingest/{{{','.join(WRITER_MODULES)}}} sha256:{writer_digest()[:12]} "
+    return (f"ingest/{{{','.join(WRITER_MODULES)}}} sha256:{digest[:12]} "
             f"newest change {modified:%Y-%m-%dT%H:%M:%SZ}")
 
 
@@ -507,9 +507,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def record_run(figures: dict[str, Any], results: list[RunResult], rounds: int, fingerprint_at_start: str) -> None:
-    """Write the run's ratios to the writer record, with the digest of the writer that was measured."""
-    if writer_digest() != fingerprint_at_start:
+def record_run(figures: dict[str, Any], results: list[RunResult], rounds: int, measured: str) -> None:
+    """Write the run's ratios to the writer record, with ``measured``, the digest of the writer that was measured."""
+    if writer_digest() != measured:
         raise RuntimeError("the writer's modules changed while the benchmark ran: nothing recorded; run it again")
     per_round = [
         round(next(r.rows_per_s for r in results if r.round == tag and r.pipeline == "laketide")
@@ -518,20 +518,20 @@ def record_run(figures: dict[str, Any], results: list[RunResult], rounds: int, f
     ]
     load_now = os.getloadavg()[0]
     writer_record.write({
-        "writer_sha256": fingerprint_at_start, "modules": list(WRITER_MODULES),
+        "writer_sha256": measured, "modules": list(WRITER_MODULES),
         "laketide_native": round(figures["ratios"]["laketide/native"], 3),
         "public_native": round(figures["ratios"]["public/native"], 3),
         "per_round": per_round, "rounds": rounds, "target": TARGET,
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "load_average_at_end": round(load_now, 2),
     })
     print(f"recorded in {RECORD.relative_to(ROOT)}: laketide/native {figures['ratios']['laketide/native']:.2f}x "
-          f"for writer sha256:{fingerprint_at_start[:12]}", flush=True)
+          f"for writer sha256:{measured[:12]}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    fingerprint = writer_fingerprint()  # the source that was imported at start-up
-    digest = writer_digest()
+    digest = writer_digest()  # the source that was imported at start-up
+    fingerprint = writer_fingerprint(digest)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     batch_log = BatchLog()
     writer.log.setLevel(logging.INFO)
@@ -594,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n")
             print(f"figures written to {args.json}")
         if args.record:
-            record_run(figures, results, args.rounds, fingerprint_at_start=digest)
+            record_run(figures, results, args.rounds, digest)
         below = figures["ratios"]["laketide/native"] < TARGET
         succeeded = True
         return 1 if args.strict and below else 0
