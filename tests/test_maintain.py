@@ -314,6 +314,55 @@ def test_writer_ingests_while_maintenance_runs_again_and_again(spark: Any, tmp_p
           f"gave up {sum(1 for *_, o in outcomes if o == 'gave_up')} times")
 
 
+def test_staging_branches_of_writers_not_running_are_dropped_at_expiry(spark: Any, tmp_path: Path) -> None:
+    """A staging branch that a killed attempt left (its writer's next attempt would drop it, but the stream has not
+    written since) pins its snapshots against expiry: the expiry drops it once no writer of its stream runs; a user's
+    own branch is never touched, a dry run only names it."""
+    from laketide.ingest.public_sink import stage_prefix
+    from laketide.lake.internals import iceberg_table
+    from laketide.lake.lease import WriterLease, engine_for
+    from tests.helpers import write_config
+    from tests.test_writer import produce
+
+    config_path = with_catalog(write_config(tmp_path, max_files_per_trigger=2))
+    produce(config_path, "--start", START, "--hours", "1", "--events-per-hour", "100", "--events-per-file", "50",
+            "--seed", "5")
+    ingest(spark, config_path)
+    config = load(config_path)
+    stream = config.stream("clicks")
+    use_catalog(config, spark)
+    table = iceberg_table(spark, f"{config.catalog.name}.{EVENTS}")
+    head = table.currentSnapshot().snapshotId()
+    killed, mine = f"{stage_prefix(stream.writer_id)}7_0123456789", "audit_before_release"
+    for branch in (killed, mine):
+        table.manageSnapshots().createBranch(branch, head).commit()
+
+    def branches() -> set[str]:
+        return set(load_catalog(config.catalog).load_table(EVENTS).metadata.refs) - {"main"}
+
+    streams = config.streams
+    merge = f"laketide_merge_{stream.name}_3_0a1b2c3d4e"
+    assert plan.staging_branch_owner(streams, killed) == plan.staging_branch_owner(streams, merge) == stream
+    assert plan.staging_branch_owner(streams, mine) is None
+    assert plan.staging_branch_owner(streams, "laketide_merge_elsewhere_3_0a1b2c3d4e") is None
+    # stream clicks's prefix is also the start of stream clicks_2's branches: the whole name decides
+    assert plan.staging_branch_owner(streams, f"laketide_merge_{stream.name}_2_3_0a1b2c3d4e") is None
+
+    (dry,) = maintain(config, spark, EVENTS, "expire_snapshots", dry_run=True)
+    assert f"to drop: {killed}" in dry.detail and branches() == {killed, mine}
+    lease = WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, "writer")
+    lease.acquire()  # the stream's writer runs: its branch may be an attempt under way
+    try:
+        (held,) = maintain(config, spark, EVENTS, "expire_snapshots")
+        assert branches() == {killed, mine} and killed not in held.detail
+    finally:
+        lease.release()
+    (run,) = maintain(config, spark, EVENTS, "expire_snapshots")
+    assert run.outcome == "ok" and f"dropped: {killed}" in run.detail, run.line()
+    assert branches() == {mine}
+    assert_exactly_once(config_path)
+
+
 def _marker_batch(catalog: Any, writer_id: str) -> int:
     """The batch of the writer's newest commit to the events table (-1: none yet)."""
     marker = table_marker(catalog, EVENTS, writer_id)

@@ -80,8 +80,14 @@ def _drop_branches(table: Any, names: list[str]) -> None:
     manage.commit()
 
 
+def is_staging_branch(name: str, prefix: str) -> bool:
+    """``name`` is a staging branch of ``prefix`` (:class:`StagingBranch`: the prefix, a batch id, an attempt's id).
+    The whole name decides: one stream's prefix can be the start of another's (``a_`` of ``a_b_``)."""
+    return re.fullmatch(re.escape(prefix) + r"\d+_[0-9a-f]{10}", name) is not None
+
+
 def _stale_branches(table: Any, prefix: str) -> list[str]:
-    return [str(name) for name in table.refs().keySet().toArray() if str(name).startswith(prefix)]
+    return [str(name) for name in table.refs().keySet().toArray() if is_staging_branch(str(name), prefix)]
 
 
 def _head(table: Any) -> int | None:

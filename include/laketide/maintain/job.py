@@ -295,14 +295,21 @@ class Maintainer:
     def expire_snapshots(self, target: plan.Target, policy: TablePolicy, rec: MaintenanceRecord) -> None:
         table = self._load(target.table)
         self._before(rec, table)
+        stale = self._stale_branches(target.table, table)
+        if stale and not rec.dry_run:
+            self._drop_branches(target.table, stale)
+            table = self._load(target.table)
         expiry = plan.plan_expiry(snaps(table), table.metadata.current_snapshot_id, self.now(),
                                   policy.snapshot_retention, policy.min_snapshots)
         kept = ", ".join(f"{w}: {s}" for w, s in sorted(expiry.protected.items()))
         rec.detail = (f"older than {timestamp_literal(expiry.older_than_ms)[11:-1]}, retain last "
                       f"{expiry.retain_last}; writer markers kept: {kept or 'none'}")
+        if stale:
+            rec.detail += (f"; {len(stale)} staging branch(es) of writers not running "
+                           f"{'to drop' if rec.dry_run else 'dropped'}: {', '.join(stale)}")
         rec.snapshots_expired = len(expiry.expired)
         if not expiry.expired:
-            rec.outcome = "skipped"
+            rec.outcome = "ok" if stale else "skipped"
             rec.snapshots_after = rec.snapshots_before
             return
         if rec.dry_run:
@@ -319,6 +326,38 @@ class Maintainer:
             raise RuntimeError(f"expire_snapshots removed the newest commit of writer(s) {lost} from {target.table}: "
                                "a restarted writer would not find its last batch; stop the writer and see "
                                "docs/operations.md (checkpoint and table disagree)")
+
+    def _stale_branches(self, name: str, table: Table) -> list[str]:
+        """laketide's staging branches of ``table`` (named ``name``) whose stream's writer is not running (no live
+        holder of its lease): left by an attempt killed before it moved ``main``, in a stream that has not written
+        since (a writer's next attempt drops its own). Each keeps its snapshots, and the files they reference, from
+        expiry. A branch whose writer runs, or whose lease cannot be read, is kept."""
+        stale = []
+        for branch in sorted(table.metadata.refs):
+            stream = plan.staging_branch_owner(self.config.streams, branch)
+            if stream is None:
+                continue
+            self._engine = self._engine or engine_for(self.config.catalog)
+            try:
+                holder = WriterLease(self._engine, stream.writer_id, stream.writer_lease, "maintenance").live_holder()
+            except Exception:
+                log.warning("%s: staging branch %s kept: the lease of writer %s could not be read", name, branch,
+                            stream.writer_id, exc_info=True)
+                continue
+            if holder is None:
+                stale.append(branch)
+        return stale
+
+    def _drop_branches(self, name: str, branches: list[str]) -> None:
+        """Remove ``branches`` of table ``name`` (one that a writer starting meanwhile removed already is gone)."""
+        from laketide.lake.internals import iceberg_table
+
+        table = iceberg_table(self.spark, self._qualified(name))
+        for branch in branches:
+            table.refresh()
+            if table.refs().containsKey(branch):
+                table.manageSnapshots().removeBranch(branch).commit()
+                log.info("%s: staging branch %s of a writer not running dropped", name, branch)
 
     def remove_orphan_files(self, target: plan.Target, policy: TablePolicy, rec: MaintenanceRecord) -> None:
         age = plan.check_orphan_age(policy.orphan_age)
