@@ -71,7 +71,8 @@ def table_marker(table: Any, writer_id: str) -> commits.Marker | None:
     return sink.java_marker(table, writer_id)
 
 
-def _drop_branches(table: Any, names: list[str]) -> None:
+def drop_branches(table: Any, names: list[str]) -> None:
+    """Remove the branches ``names`` of the Java ``table`` in one commit."""
     if not names:
         return
     manage = table.manageSnapshots()
@@ -106,7 +107,7 @@ class StagingBranch:
     ``main`` to the branch's head in one commit, only from the head the branch was made at (steps 2-4 above)."""
 
     def __init__(self, table: Any, name: str, prefix: str, batch_id: int) -> None:
-        _drop_branches(table, _stale_branches(table, prefix))  # left by a killed attempt of this writer id
+        drop_branches(table, _stale_branches(table, prefix))  # left by a killed attempt of this writer id
         self.table, self.name, self.batch_id, self.start = table, name, batch_id, _head(table)
         self.branch = f"{prefix}{batch_id}_{uuid.uuid4().hex[:10]}"
         manage = table.manageSnapshots()
@@ -145,7 +146,7 @@ class StagingBranch:
         or removed by another writer of the same writer id)."""
         with contextlib.suppress(Exception):
             self.table.refresh()
-            _drop_branches(self.table, [self.branch])
+            drop_branches(self.table, [self.branch])
 
 
 def publish(iceberg: PublicIceberg, name: str, rows: DataFrame, props: dict[str, str], writer_id: str,

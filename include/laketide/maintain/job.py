@@ -350,14 +350,15 @@ class Maintainer:
 
     def _drop_branches(self, name: str, branches: list[str]) -> None:
         """Remove ``branches`` of table ``name`` (one that a writer starting meanwhile removed already is gone)."""
+        from laketide.ingest.public_sink import drop_branches
         from laketide.lake.internals import iceberg_table
 
         table = iceberg_table(self.spark, self._qualified(name))
-        for branch in branches:
-            table.refresh()
-            if table.refs().containsKey(branch):
-                table.manageSnapshots().removeBranch(branch).commit()
-                log.info("%s: staging branch %s of a writer not running dropped", name, branch)
+        table.refresh()
+        present = [branch for branch in branches if table.refs().containsKey(branch)]
+        drop_branches(table, present)
+        for branch in present:
+            log.info("%s: staging branch %s of a writer not running dropped", name, branch)
 
     def remove_orphan_files(self, target: plan.Target, policy: TablePolicy, rec: MaintenanceRecord) -> None:
         age = plan.check_orphan_age(policy.orphan_age)
