@@ -129,7 +129,7 @@ def write_group_config(home: Path, names: list[str], group: str = "g", **overrid
 
 def run_writer(config_path: Path, mode: str = "incremental", timeout: float = 300, group: str | None = None,
                **env: str) -> int:
-    proc = start_writer(config_path, mode, group=group, **env)
+    proc = start_writer(config_path, mode, None, group, **env)
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

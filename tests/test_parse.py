@@ -158,6 +158,33 @@ def test_bytes_read_from_a_landing_file(spark, stream, tmp_path: Path) -> None: 
     assert {bytes(r["raw_bytes"]) for r in from_staged if r["raw_bytes"] is not None} == {latin1}
 
 
+def test_a_line_not_utf8_is_rejected_wherever_its_bad_bytes_are(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Invalid bytes in a key, or in a value of a field the stream does not name, make the line a reject as much as in
+    a string field: for every rule for unknown fields, with the optional fields there or not. The reasons' pass and
+    the writer's staged rows agree, and ``unknown_fields: keep`` stores no repaired text."""
+    from pyspark.sql import functions as F
+
+    good = GOOD.encode()
+    sparse = b'{"event_id":"x","event_time":"2026-11-22T03:00:00+00:00","user_id":1,"page":"/h"'
+    full = sparse + b',"action":"a","duration_ms":1,"country":"DE"'
+    bad = [full + b',"note":"S\xe3o"}', sparse + b',"note":"S\xe3o"}', full + b',"n\xe3":1}', sparse + b',"n\xe3":1}']
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"\n".join([good, *bad]) + b"\n")
+    for rule in ("ignore", "keep"):
+        stream = load(write_config(tmp_path / rule, unknown_fields=rule)).stream("clicks")
+        lines = spark.read.text(str(path)).select("value", F.lit("f.jsonl").alias("_source_file"),
+                                                  F.lit(NOW).alias("_landed_at"))
+        errors = [r["_error"] for r in parse_lines(lines, stream).collect()]
+        assert errors == [None] + ["invalid UTF-8 encoding"] * len(bad), rule
+        validator = Validator(stream)
+        validator.with_extra = rule == "keep"
+        staged = validator.staged_rows(lines, 1)
+        assert [r["event_time"] is None for r in staged.collect()] == [False] + [True] * len(bad), rule
+        rejects = rejected_rows(validator.rejects_of(staged), stream, 1, NOW).collect()
+        assert sorted(bytes(r["raw_bytes"]) for r in rejects) == sorted(bad), rule
+        assert {r["reason"] for r in rejects} == {"invalid UTF-8 encoding"}, rule
+
+
 def test_unknown_fields_are_ignored_kept_or_rejected(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A line's fields the configuration does not name: ignored (the default), kept in ``_extra`` (a map of their
     values' text: a string's own, any other value's JSON), or the line rejected naming them."""

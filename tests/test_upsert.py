@@ -502,6 +502,30 @@ def envelope(account: str, lsn: int, op: str, balance: int | None = None, wrappe
     return json.dumps({"schema": {"type": "struct"}, "payload": event} if wrapped else event)
 
 
+def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path: Path) -> None:
+    """An envelope with invalid UTF-8 bytes (here in its source block, which no field reads) is not flattened: a
+    flattened line would hold the bytes repaired. It is rejected as not UTF-8, its bytes kept as they landed."""
+    from pyspark.sql import functions as F
+
+    from laketide.ingest.debezium import flat_line
+    from laketide.ingest.rejects import rejected_rows
+    from laketide.ingest.transforms import Validator, parse_lines
+
+    stream = load(upsert_config(tmp_path, fields=DEBEZIUM_FIELDS,
+                                upsert={**UPSERT, "sequence_field": "lsn", "format": "debezium"})).stream("clicks")
+    good = envelope("a", 10, "r", 100).encode()
+    bad = envelope("b", 11, "u", 5).encode().replace(b'"bank"', b'"b\xe3nk"')
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(good + b"\n" + bad + b"\n")
+    lines = spark.read.text(str(path)).select(flat_line(F.col("value"), stream).alias("value"),
+                                              F.lit("f.jsonl").alias("_source_file"),
+                                              F.lit(H0 + timedelta(hours=1)).alias("_landed_at"))
+    assert [r["_error"] for r in parse_lines(lines, stream).collect()] == [None, "invalid UTF-8 encoding"]
+    validator = Validator(stream)
+    rejects = rejected_rows(validator.rejects_of(validator.staged_rows(lines, 1)), stream, 1, H0).collect()
+    assert [bytes(r["raw_bytes"]) for r in rejects] == [bad]
+
+
 @pytest.mark.slow
 def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Path) -> None:
     config_path = upsert_config(tmp_path, fields=DEBEZIUM_FIELDS,

@@ -166,6 +166,19 @@ def one_object(raw: Column) -> Column:
     return F.when(flat, F.lit(True)).otherwise(F.coalesce(array & keyed, F.lit(False)))
 
 
+def not_utf8(raw: Column) -> Column:
+    """The line is not valid UTF-8: re-encoding it through a Java string changes it.
+
+    Spark's text source keeps a line's bytes as they are; decoding them replaces an invalid sequence with U+FFFD,
+    and the JSON reader reads the line decoded, so a value it returns cannot tell. Every line is tested: the JVM
+    decodes and encodes ASCII text with vectorised loops, and the test costs about 1 % of the validation. (Testing
+    only lines with a string value holding U+FFFD let invalid bytes through in a key, or in a field the stream does
+    not name, which ``unknown_fields: keep`` then stored repaired.)"""
+    from pyspark.sql import functions as F
+
+    return raw.cast("binary") != F.encode(raw, "UTF-8")
+
+
 def fits(raw: Column, stream: StreamConfig) -> Column:
     """The line is at most ``max_line_bytes`` long.
 
