@@ -51,6 +51,7 @@ Run from the repository root::
     .venv/bin/python bench/bench_writers.py                       # 2,000,000 events in 40 files
     .venv/bin/python bench/bench_writers.py --events 200000 --files 20 --rounds 1 --json /tmp/b.json
     .venv/bin/python bench/bench_writers.py --without-optional 1      # no line holds the optional fields
+    .venv/bin/python bench/bench_writers.py --null-optional 1         # every line writes them as null
 """
 
 from __future__ import annotations
@@ -119,9 +120,11 @@ def _hour_starts(now: datetime) -> list[datetime]:
     return [current - timedelta(hours=HOURS - i) for i in range(HOURS)]
 
 
-def _lines(rng: random.Random, hour: datetime, count: int, without_optional: float = 0.0) -> list[bytes]:
+def _lines(rng: random.Random, hour: datetime, count: int, without_optional: float = 0.0,
+           null_optional: float = 0.0) -> list[bytes]:
     """``count`` valid events of the default test stream within ``hour``, formatted like ``json.dumps``; a share
-    ``without_optional`` of them (every line, at 1) leave out the stream's optional fields."""
+    ``without_optional`` of them (every line, at 1) leave out the stream's optional fields, a share ``null_optional``
+    write them as null."""
     bits = rng.getrandbits
     prefix = hour.strftime("%Y-%m-%dT%H:")
     pages = sorted({p.replace("{n}", str(n)) for p in PAGES for n in range(1, 26)})
@@ -137,16 +140,20 @@ def _lines(rng: random.Random, hour: datetime, count: int, without_optional: flo
         required = (f'{{"event_id": "{bits(128):032x}", "event_time": "{event_time}", "user_id": {user}, '
                     f'"page": "{page}"')
         optional = f', "action": "{action}", "duration_ms": {bits(14)}, "country": "{country}"'
-        # the default input draws no extra number: it stays the input earlier runs measured
-        absent = without_optional > 0 and rng.random() < without_optional
-        append(f"{required}{'' if absent else optional}}}".encode())
+        if without_optional or null_optional:  # the default input draws no extra number: it stays as measured
+            draw = rng.random()
+            if draw < without_optional:
+                optional = ""
+            elif draw < without_optional + null_optional:
+                optional = ', "action": null, "duration_ms": null, "country": null'
+        append(f"{required}{optional}}}".encode())
     return out
 
 
 def generate(landing_path: Path, events: int, files: int, stream_name: str, seed: int = 7,
-             without_optional: float = 0.0) -> int:
+             without_optional: float = 0.0, null_optional: float = 0.0) -> int:
     """Publish ``events`` valid events in ``files`` files (one UTC hour each, hours round-robin), a share
-    ``without_optional`` of them without the stream's optional fields.
+    ``without_optional`` of them without the stream's optional fields, a share ``null_optional`` with them null.
 
     Reuses what a previous run generated in the same folder when the manifest matches. Returns the number
     of lines published.
@@ -155,6 +162,8 @@ def generate(landing_path: Path, events: int, files: int, stream_name: str, seed
     wanted: dict[str, Any] = {"events": events, "files": files, "seed": seed, "fields": sorted(STREAM_FIELDS)}
     if without_optional:
         wanted["without_optional"] = without_optional
+    if null_optional:
+        wanted["null_optional"] = null_optional
     if manifest.is_file():
         if json.loads(manifest.read_text()) == wanted:
             print(f"reusing input in {landing_path}", flush=True)
@@ -172,7 +181,7 @@ def generate(landing_path: Path, events: int, files: int, stream_name: str, seed
         if count == 0:
             continue
         hour = hours[i % len(hours)]
-        lines = _lines(rng, hour, count, without_optional)
+        lines = _lines(rng, hour, count, without_optional, null_optional)
         landing.publish(landing_path, lines, partition_key(hour), PRODUCER, i, stream_name)
         published += count
     manifest.write_text(json.dumps(wanted))
@@ -496,6 +505,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--without-optional", type=float, default=0.0, metavar="SHARE",
                         help="the share of lines (0 to 1) that leave out the stream's optional fields (default 0: "
                              "every line holds every field)")
+    parser.add_argument("--null-optional", type=float, default=0.0, metavar="SHARE",
+                        help="the share of lines (0 to 1) that write the stream's optional fields as null (default 0)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     parser.add_argument("--keep", action="store_true", help="keep the tables, files and checkpoints written")
     parser.add_argument("--verbose", action="store_true", help="echo the laketide writer's INFO log")
@@ -509,13 +520,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.files > args.events:
         parser.error("--files may not exceed --events")
-    if not 0 <= args.without_optional <= 1:
-        parser.error("--without-optional is a share of the lines: 0 to 1")
+    shares = (args.without_optional, args.null_optional)
+    if min(shares) < 0 or sum(shares) > 1:
+        parser.error("--without-optional and --null-optional are shares of the lines: 0 to 1, together at most 1")
     if args.record:
-        sizes = ("events", "files", "files_per_trigger", "without_optional")
+        sizes = ("events", "files", "files_per_trigger", "without_optional", "null_optional")
         if any(getattr(args, n) != parser.get_default(n) for n in sizes) or args.rounds < MIN_ROUNDS:
-            parser.error(f"--record measures the default input (no --events, --files, --files-per-trigger or "
-                         f"--without-optional) in "
+            parser.error(f"--record measures the default input (no --events, --files, --files-per-trigger, "
+                         f"--without-optional or --null-optional) in "
                          f"{MIN_ROUNDS} rounds or more (--rounds {MIN_ROUNDS})")
     return args
 
@@ -566,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config.model_copy(update={"spark": spark_settings})
         base = config.streams[0]
         main_input, warm_input = workdir / "input" / "landing", workdir / "warmup" / "landing"
-        generate(main_input, args.events, args.files, base.name, without_optional=args.without_optional)
+        generate(main_input, args.events, args.files, base.name, without_optional=args.without_optional,
+                 null_optional=args.null_optional)
         generate(warm_input, WARMUP_FILES * WARMUP_EVENTS_PER_FILE, WARMUP_FILES, base.name, seed=11)
         rows, warm_rows = landed_lines(main_input), landed_lines(warm_input)
         if rows != args.events:
@@ -578,7 +591,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = build_session(config, "laketide-bench", master="local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         bench = Bench(spark, config, base, runs, args.files_per_trigger, batch_log)
-        sparse = f" ({args.without_optional:.0%} without the optional fields)" if args.without_optional else ""
+        shapes = [f"{args.without_optional:.0%} without the optional fields"] if args.without_optional else []
+        shapes += [f"{args.null_optional:.0%} with them null"] if args.null_optional else []
+        sparse = f" ({', '.join(shapes)})" if shapes else ""
         print(f"Spark {spark.version}, {spark.sparkContext.master}; {rows:,} events{sparse} in {args.files} files, "
               f"maxFilesPerTrigger {args.files_per_trigger}, {args.rounds} round(s); work in {runs}",
               flush=True)
@@ -600,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             payload = {
                 "events": rows, "files": args.files, "files_per_trigger": args.files_per_trigger,
-                "without_optional": args.without_optional,
+                "without_optional": args.without_optional, "null_optional": args.null_optional,
                 "rounds": args.rounds, "spark": spark.version, "master": spark.sparkContext.master,
                 "writer": fingerprint,
                 **figures, "runs": [{**asdict(r), "rows_per_s": r.rows_per_s} for r in results],

@@ -36,6 +36,16 @@ CASES = [
      "(ISO 8601, e.g. 2026-11-22T03:15:07.123Z)"),
     ('{"event_id":"j","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration_ms":1.5}',
      "field 'duration_ms' is not a valid long"),
+    # optional fields written as null are fine; a null elsewhere that only looks like the key's does not hide a wrong
+    # value (a key ending with the name, a nested key of the name: the key is mentioned twice)
+    ('{"event_id":"w1","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","action": null,'
+     '"duration_ms": null,"country":null}', None),
+    ('{"event_id":"w2","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","x_duration_ms":null,'
+     '"duration_ms":"abc"}', "field 'duration_ms' is not a valid long"),
+    ('{"event_id":"w3","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","x":{"duration_ms": null},'
+     '"duration_ms":"abc"}', "field 'duration_ms' is not a valid long"),
+    ('{"event_id":"w4","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration_ms":"abc",'
+     '"x":{"duration_ms":null}}', "field 'duration_ms' is not a valid long"),
     # strict JSON Lines: one object per line, nothing after it but whitespace (Spark's reader reads the first)
     (GOOD.replace('"a"', '"k"') + " xyz", TRAILING),
     (GOOD.replace('"a"', '"l"') + "}", TRAILING),
@@ -94,7 +104,7 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     # the rejects pass reads the staged rows of the rejects alone and finds the very rows a pass over the batch does
     from_staged = rejected_rows(validator.rejects_of(staged_df), stream, 7, NOW).collect()
     assert sorted(map(tuple, from_staged)) == sorted(map(tuple, bad))
-    assert [g["event_id"] for g in good] == ["a", "r", "u", "s"]
+    assert [g["event_id"] for g in good] == ["a", "w1", "r", "u", "s"]
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
     assert {b["reason"] for b in bad} == {why for _, why in CASES if why}
@@ -268,6 +278,28 @@ def test_event_times_need_a_time_and_an_offset(spark, stream) -> None:  # type: 
             assert error == f"field 'event_time' is not a valid timestamp: {STRICT}", value
     # an integer in milliseconds is read as seconds: far in the future, so out of range
     assert got[-1][0] is None and got[-1][1].startswith(OUT_OF_RANGE + "+58851-")
+
+
+def test_an_optional_timestamp_written_as_null_or_in_its_second_form(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An optional timestamp written as null reads as null without a lookup; an offset without a colon is still read
+    by the second pattern, from the line's key ``seen_at`` (not from a nested one of the same name)."""
+    from pyspark.sql import functions as F
+
+    from tests.helpers import STREAM_FIELDS
+
+    stream = load(write_config(tmp_path, fields={**STREAM_FIELDS, "seen_at": {"type": "timestamp"}})).stream("clicks")
+    head = '{"event_id":"a","event_time":"2026-11-22T03:15:07Z","user_id":1,"page":"/h"'
+    later = '"2026-11-22T08:45:07+0530"'
+    lines = [f'{head},"seen_at": null}}', f'{head},"seen_at":{later}}}', f'{head},"seen_at":"garbage"}}',
+             f"{head}}}", f'{head},"seen_at":null,"x":{{"seen_at":{later}}}}}',
+             f'{head},"x":{{"seen_at": null}},"seen_at":{later}}}']
+    rows = parse_lines(landed(spark, lines), stream).select(
+        F.date_format("seen_at", "yyyy-MM-dd'T'HH:mm:ssXXX").alias("t"), "_error").collect()
+    wrong = ("field 'seen_at' is not a valid timestamp: needs a date, a time and a UTC offset (ISO 8601, e.g. "
+             "2026-11-22T03:15:07.123Z)")
+    assert [(r["t"], r["_error"]) for r in rows] == [
+        (None, None), ("2026-11-22T03:15:07Z", None), (None, wrong), (None, None), (None, None),
+        ("2026-11-22T03:15:07Z", None)]
 
 
 def test_event_time_leniency_is_explicit(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
