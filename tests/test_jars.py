@@ -43,3 +43,13 @@ def test_maven_coordinates_replace_local_jars(tmp_path: Path) -> None:
     assert conf["spark.jars.packages"] == coords
     assert "spark.jars" not in conf
     assert conf["spark.sql.catalog.laketide.type"] == "jdbc"
+
+
+def test_the_time_parser_policy_is_laketides(tmp_path: Path) -> None:
+    """Under Spark's default policy (EXCEPTION) a timestamp that the pre-3.0 parser takes and the stream's pattern
+    refuses fails the whole batch: every laketide session reads it as invalid instead, whatever the configuration
+    says (tests/test_parse.py feeds such values through the writer's parse)."""
+    config = load_config(write_config(tmp_path), environ={})
+    given = {**config.spark.conf, "spark.sql.legacy.timeParserPolicy": "EXCEPTION"}
+    config = config.model_copy(update={"spark": config.spark.model_copy(update={"conf": given})})
+    assert spark_conf(config)["spark.sql.legacy.timeParserPolicy"] == "CORRECTED"

@@ -254,6 +254,18 @@ TIMES = [
     ('"1795000000"', None),
     # Spark's legacy parser would take it: with a pattern it can apply, Spark raises instead of reading null
     ('"2026-11-22T3:15:07Z"', None),
+    # the patterns' optional sections written out: Spark's legacy parser takes them as literals (a batch failure,
+    # SparkUpgradeException, unless the session's timeParserPolicy is CORRECTED)
+    ('"2026-11-22T03:15[:07[.123]]+00:00"', None),
+    ('"2026-11-22T03:15:07.123+00:00[]"', None),
+    ('"2026-11-22T03:15:07+00:00[]"', None),
+    # a dot without a fraction, ten digits of fraction, a fraction without seconds, other JSON values
+    ('"2026-11-22T03:15:07.Z"', None),
+    ('"2026-11-22T03:15:07.1234567891Z"', None),
+    ('"2026-11-22T03:15.5Z"', None),
+    ('"-1795000000"', None),
+    ("1.5", None),
+    ('{"t": "2026-11-22T03:15:07Z"}', None),
 ]
 OUT_OF_RANGE = "event time out of range [2000-01-01T00:00:00+00:00, landing time + 1d]: "
 

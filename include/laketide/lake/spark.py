@@ -23,6 +23,7 @@ LOG4J = REPO_ROOT / "conf" / "log4j2.properties"
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 ARROW = "spark.sql.execution.arrow.pyspark.enabled"
+TIME_PARSER_POLICY = "spark.sql.legacy.timeParserPolicy"
 #: the kind of application each job of ``spark_jobs/`` is: its limits come from ``spark.resources.<kind>`` (and, for
 #: a writer application, ``writer_groups.<group>.resources``)
 JOB_KINDS: dict[str, ApplicationKind] = {
@@ -50,6 +51,9 @@ def spark_conf(config: LaketideConfig) -> dict[str, str]:
     else:
         conf["spark.jars"] = ",".join(str(p) for p in jar_set(config.spark.jars_dir).all)
     conf.update(config.spark.conf)
+    # laketide's own: a timestamp value that Spark's pre-3.0 parser would take and the strict pattern refuses is
+    # invalid (the line is rejected), never an error that fails the whole batch (SparkUpgradeException)
+    conf[TIME_PARSER_POLICY] = "CORRECTED"
     # JVM options of the configuration come after laketide's logging setup, not instead of it
     given = config.spark.conf.get(JAVA_OPTIONS)
     conf[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J}" + (f" {given}" if given else "")
