@@ -60,6 +60,11 @@ CASES = [
     (GOOD.replace('"a"', '"v"').replace('"/h"', '"/\u20ac"') + " \u00e9}", TRAILING),
     (GOOD.replace('"a"', '"s"')[:-1] + ',"extra":{"b":"}{","c":[1,{"d":"]"}]}}', None),  # braces in strings, nested
     ("\ufeff" + GOOD.replace('"a"', '"t"'), "starts with a byte order mark (U+FEFF): write UTF-8 without a BOM"),
+    # NaN and Infinity are no JSON (Python's json.dumps writes them for a float's nan and inf): in a long field the
+    # lenient reader read them as null, in a string field as text, and accepted the line
+    (GOOD.replace('"a"', '"x1"')[:-1] + ',"duration_ms":NaN}', "malformed JSON"),
+    (GOOD.replace('"a"', '"x2"')[:-1] + ',"country":-Infinity}', "malformed JSON"),
+    (GOOD.replace('"a"', '"x3"')[:-1] + ',"other":Infinity}', "malformed JSON"),
     # a line of control characters is a record (rejected), not a blank line: only spaces and tabs are blank
     ("\x0b", "malformed JSON"),
     ("\x0c", "malformed JSON"),

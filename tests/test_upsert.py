@@ -504,7 +504,8 @@ def envelope(account: str, lsn: int, op: str, balance: int | None = None, wrappe
 
 def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path: Path) -> None:
     """An envelope with invalid UTF-8 bytes (here in its source block, which no field reads) is not flattened: a
-    flattened line would hold the bytes repaired. It is rejected as not UTF-8, its bytes kept as they landed."""
+    flattened line would hold the bytes repaired. It is rejected as not UTF-8, its bytes kept as they landed. An
+    envelope that is no strict JSON (a NaN) is not flattened either: rejected as malformed JSON."""
     from pyspark.sql import functions as F
 
     from laketide.ingest.debezium import flat_line
@@ -515,15 +516,18 @@ def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path:
                                 upsert={**UPSERT, "sequence_field": "lsn", "format": "debezium"})).stream("clicks")
     good = envelope("a", 10, "r", 100).encode()
     bad = envelope("b", 11, "u", 5).encode().replace(b'"bank"', b'"b\xe3nk"')
+    # NaN is no JSON (the lenient reader read it as null in the long field, and the change was merged without it)
+    nan = envelope("c", 12, "u", 7).encode().replace(b'"balance": 7', b'"balance": NaN')
     path = tmp_path / "f.jsonl"
-    path.write_bytes(good + b"\n" + bad + b"\n")
+    path.write_bytes(good + b"\n" + bad + b"\n" + nan + b"\n")
     lines = spark.read.text(str(path)).select(flat_line(F.col("value"), stream).alias("value"),
                                               F.lit("f.jsonl").alias("_source_file"),
                                               F.lit(H0 + timedelta(hours=1)).alias("_landed_at"))
-    assert [r["_error"] for r in parse_lines(lines, stream).collect()] == [None, "invalid UTF-8 encoding"]
+    assert [r["_error"] for r in parse_lines(lines, stream).collect()] == [None, "invalid UTF-8 encoding",
+                                                                          "malformed JSON"]
     validator = Validator(stream)
     rejects = rejected_rows(validator.rejects_of(validator.staged_rows(lines, 1)), stream, 1, H0).collect()
-    assert [bytes(r["raw_bytes"]) for r in rejects] == [bad]
+    assert sorted(bytes(r["raw_bytes"]) if r["raw_bytes"] else r["raw"].encode() for r in rejects) == sorted([bad, nan])
 
 
 @pytest.mark.slow

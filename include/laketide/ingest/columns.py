@@ -21,7 +21,9 @@ BOM = "\ufeff"
 LANDED_AT = "_landed_at"
 #: the landing file's size in bytes (``_metadata.file_size``): read by the public commit path only
 SOURCE_SIZE = "_source_size"
-STRICT_JSON = {"allowSingleQuotes": "false"}
+#: what Spark's JSON reader allows by default and JSON does not: single-quoted strings, and NaN and Infinity as numbers
+#: (Python's json.dumps writes them), which a long field read as null and a string field as text
+STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 #: characters of an over-long line kept in the rejects table's ``raw`` (the landing file keeps the whole line)
 RAW_PREFIX_CHARS = 1024
 #: the time of day of a timestamp value: minutes, optional seconds, optional fraction (1 to 9 digits)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from laketide.ingest.columns import not_utf8, spark_type
+from laketide.ingest.columns import STRICT_JSON, not_utf8, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -57,7 +57,9 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
 
     upsert = stream.upsert
     assert upsert is not None
-    parsed = F.from_json(value, envelope_schema(stream), {"mode": "PERMISSIVE"})
+    # strict JSON (no NaN): an envelope the lenient reader would take without its NaN value is no envelope, and the
+    # line is rejected as it landed
+    parsed = F.from_json(value, envelope_schema(stream), {"mode": "PERMISSIVE", **STRICT_JSON})
     def event(part: str) -> Column:  # a part of the envelope, in its payload wrapper or not
         return F.coalesce(parsed["payload"][part], parsed[part])
 
