@@ -45,11 +45,18 @@ def test_maven_coordinates_replace_local_jars(tmp_path: Path) -> None:
     assert conf["spark.sql.catalog.laketide.type"] == "jdbc"
 
 
-def test_the_time_parser_policy_is_laketides(tmp_path: Path) -> None:
-    """Under Spark's default policy (EXCEPTION) a timestamp that the pre-3.0 parser takes and the stream's pattern
-    refuses fails the whole batch: every laketide session reads it as invalid instead, whatever the configuration
-    says (tests/test_parse.py feeds such values through the writer's parse)."""
+@pytest.mark.parametrize(("key", "given", "owned"), [
+    ("spark.sql.legacy.timeParserPolicy", "EXCEPTION", "CORRECTED"),
+    ("spark.sql.ansi.enabled", "true", "false"),
+])
+def test_the_parse_settings_are_laketides(tmp_path: Path, key: str, given: str, owned: str) -> None:
+    """Two Spark settings turn a bad value of one line into an error that fails the whole batch, at every attempt:
+    under the default time parser policy (EXCEPTION) a timestamp that the pre-3.0 parser takes and the stream's
+    pattern refuses, and under ANSI mode an empty or malformed timestamp, a number that does not cast. Every laketide
+    session reads such values as invalid instead (the line is rejected), whatever the configuration says
+    (tests/test_parse.py feeds such values through the writer's parse: with ANSI mode on in the tests' session, four of
+    its tests and tests/test_upsert.py's Debezium encoding test fail with the batch's error)."""
     config = load_config(write_config(tmp_path), environ={})
-    given = {**config.spark.conf, "spark.sql.legacy.timeParserPolicy": "EXCEPTION"}
-    config = config.model_copy(update={"spark": config.spark.model_copy(update={"conf": given})})
-    assert spark_conf(config)["spark.sql.legacy.timeParserPolicy"] == "CORRECTED"
+    settings = {**config.spark.conf, key: given}
+    config = config.model_copy(update={"spark": config.spark.model_copy(update={"conf": settings})})
+    assert spark_conf(config)[key] == owned

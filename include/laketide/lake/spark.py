@@ -24,6 +24,7 @@ SPARK_JOBS = REPO_ROOT / "spark_jobs"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 ARROW = "spark.sql.execution.arrow.pyspark.enabled"
 TIME_PARSER_POLICY = "spark.sql.legacy.timeParserPolicy"
+ANSI = "spark.sql.ansi.enabled"
 #: the kind of application each job of ``spark_jobs/`` is: its limits come from ``spark.resources.<kind>`` (and, for
 #: a writer application, ``writer_groups.<group>.resources``)
 JOB_KINDS: dict[str, ApplicationKind] = {
@@ -54,6 +55,10 @@ def spark_conf(config: LaketideConfig) -> dict[str, str]:
     # laketide's own: a timestamp value that Spark's pre-3.0 parser would take and the strict pattern refuses is
     # invalid (the line is rejected), never an error that fails the whole batch (SparkUpgradeException)
     conf[TIME_PARSER_POLICY] = "CORRECTED"
+    # and the checks read a value that does not parse as null (a rejected line): under ANSI mode the same parse, cast
+    # or lookup raises (CANNOT_PARSE_TIMESTAMP, CAST_INVALID_INPUT), and every attempt of the batch holding the line
+    # fails. laketide's jobs run laketide's own expressions, so the SQL dialect is laketide's to choose
+    conf[ANSI] = "false"
     # JVM options of the configuration come after laketide's logging setup, not instead of it
     given = config.spark.conf.get(JAVA_OPTIONS)
     conf[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J}" + (f" {given}" if given else "")
