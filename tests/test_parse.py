@@ -44,6 +44,13 @@ CASES = [
      '"duration_ms":"abc"}', "field 'duration_ms' is not a valid long"),
     ('{"event_id":"w3","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","x":{"duration_ms": null},'
      '"duration_ms":"abc"}', "field 'duration_ms' is not a valid long"),
+    # a key spelled with a JSON escape is the same key: its wrong value is found, its right one or a null kept
+    ('{"event_id":"k1","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration\\u005fms":"abc"}',
+     "field 'duration_ms' is not a valid long"),
+    ('{"event_id":"k3","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration\\u005fms":7}',
+     None),
+    ('{"event_id":"k4","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration\\u005fms": null}',
+     None),
     ('{"event_id":"w4","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration_ms":"abc",'
      '"x":{"duration_ms":null}}', "field 'duration_ms' is not a valid long"),
     # strict JSON Lines: one object per line, nothing after it but whitespace (Spark's reader reads the first)
@@ -109,7 +116,8 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     # the rejects pass reads the staged rows of the rejects alone and finds the very rows a pass over the batch does
     from_staged = rejected_rows(validator.rejects_of(staged_df), stream, 7, NOW).collect()
     assert sorted(map(tuple, from_staged)) == sorted(map(tuple, bad))
-    assert [g["event_id"] for g in good] == ["a", "w1", "r", "u", "s"]
+    assert [g["event_id"] for g in good] == ["a", "w1", "k3", "k4", "r", "u", "s"]
+    assert [g["duration_ms"] for g in good if g["event_id"] in ("k3", "k4")] == [7, None]  # an escaped key is read
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]
     assert {b["reason"] for b in bad} == {why for _, why in CASES if why}

@@ -124,12 +124,18 @@ class Parsed:
         return in_range if self.earliest is None else in_range & (event_time >= self.earliest)
 
     def mentions(self, name: str) -> Column:
-        """The line holds the text ``"name"``: a key it may have (the JSON lookup that follows decides).
+        """The line holds the text ``"name"``, or a JSON escape of one of its characters: a key it may have (the JSON
+        lookup that follows decides).
 
         A byte search (``contains``), not ``instr``: ``instr`` counts the characters before the match, one call
         per character over the whole line when the key is absent. An optional field absent from every line cost
-        the validation about a sixth more with ``instr`` (bench/README.md, "Optional fields absent")."""
-        return self.raw.contains(f'"{name}"')
+        the validation about a sixth more with ``instr`` (bench/README.md, "Optional fields absent"). A field name is
+        a plain identifier, so ``\\u`` and the character's code is the only other way to write it
+        (``"duration\\u005fms"`` is the key ``duration_ms``, and a value of the wrong type under it would otherwise
+        be taken as an absent field's null); the pattern is matched only on a line holding ``\\u`` at all."""
+        codes = "|".join(sorted({f"{ord(c):04x}" for c in name}))
+        escaped = self.raw.contains("\\u") & self.raw.rlike(f"(?i)\\\\u({codes})")
+        return self.raw.contains(f'"{name}"') | escaped
 
     def written_null(self, name: str) -> Column:
         """The line's only mention of ``"name"`` is followed by ``:null`` or ``: null``: the key's value is a null
