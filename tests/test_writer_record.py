@@ -43,7 +43,8 @@ def test_any_change_of_a_writer_module_changes_the_digest(tmp_path: Path) -> Non
 def test_a_record_is_only_taken_of_the_default_input_in_enough_rounds() -> None:
     from bench.bench_writers import parse_args
 
-    for argv in (["--record", "--rounds", "2"], ["--record", "--events", "1000"], ["--record", "--files", "4"]):
+    too_few = str(MIN_ROUNDS - 1)
+    for argv in (["--record", "--rounds", too_few], ["--record", "--events", "1000"], ["--record", "--files", "4"]):
         with pytest.raises(SystemExit) as exit_:
             parse_args(argv)
         assert exit_.value.code == 2
