@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from laketide.errors import ConfigError
-from laketide.ingest.columns import RAW_PREFIX_CHARS
+from laketide.ingest.columns import LONE_SURROGATE_REASON, RAW_PREFIX_CHARS
 from laketide.ingest.rejects import rejected_rows
 from laketide.ingest.transforms import Validator, parse_lines
 from laketide.lake.internals import batch_files
@@ -44,6 +44,14 @@ CASES = [
      '"duration_ms":"abc"}', "field 'duration_ms' is not a valid long"),
     ('{"event_id":"w3","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","x":{"duration_ms": null},'
      '"duration_ms":"abc"}', "field 'duration_ms' is not a valid long"),
+    # a string escaping half a surrogate pair alone is no text (Spark would store "?" for it); a pair, or a backslash
+    # escaped before "ud800", is
+    ('{"event_id":"s1","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/\\ud800x"}',
+     LONE_SURROGATE_REASON),
+    ('{"event_id":"s2","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","zz":"\\\\\\uDC00"}',
+     LONE_SURROGATE_REASON),
+    ('{"event_id":"s3","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/\\ud83d\\ude00"}', None),
+    ('{"event_id":"s4","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/\\\\ud800"}', None),
     # a key spelled with a JSON escape is the same key: its wrong value is found, its right one or a null kept
     ('{"event_id":"k1","event_time":"2026-11-22T03:15:07+00:00","user_id":5,"page":"/h","duration\\u005fms":"abc"}',
      "field 'duration_ms' is not a valid long"),
@@ -116,7 +124,8 @@ def test_valid_and_rejected_rows_split_without_loss(spark, stream) -> None:  # t
     # the rejects pass reads the staged rows of the rejects alone and finds the very rows a pass over the batch does
     from_staged = rejected_rows(validator.rejects_of(staged_df), stream, 7, NOW).collect()
     assert sorted(map(tuple, from_staged)) == sorted(map(tuple, bad))
-    assert [g["event_id"] for g in good] == ["a", "w1", "k3", "k4", "r", "u", "s"]
+    assert [g["event_id"] for g in good] == ["a", "w1", "s3", "s4", "k3", "k4", "r", "u", "s"]
+    assert [g["page"] for g in good if g["event_id"] in ("s3", "s4")] == ["/\U0001f600", "/\\ud800"]
     assert [g["duration_ms"] for g in good if g["event_id"] in ("k3", "k4")] == [7, None]  # an escaped key is read
     assert good[0]["user_id"] == 5 and good[0]["_batch_id"] == 7 and good[0]["_source_file"] == "f.jsonl"
     assert list(good[0].asDict()) == [*stream.fields, "_source_file", "_batch_id"]

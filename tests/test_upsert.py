@@ -505,9 +505,11 @@ def envelope(account: str, lsn: int, op: str, balance: int | None = None, wrappe
 def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path: Path) -> None:
     """An envelope with invalid UTF-8 bytes (here in its source block, which no field reads) is not flattened: a
     flattened line would hold the bytes repaired. It is rejected as not UTF-8, its bytes kept as they landed. An
-    envelope that is no strict JSON (a NaN) is not flattened either: rejected as malformed JSON."""
+    envelope that is no strict JSON (a NaN) is not flattened either: rejected as malformed JSON; nor one escaping half a
+    surrogate pair alone (its flattened value would hold "?")."""
     from pyspark.sql import functions as F
 
+    from laketide.ingest.columns import LONE_SURROGATE_REASON
     from laketide.ingest.debezium import flat_line
     from laketide.ingest.rejects import rejected_rows
     from laketide.ingest.transforms import Validator, parse_lines
@@ -518,16 +520,19 @@ def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path:
     bad = envelope("b", 11, "u", 5).encode().replace(b'"bank"', b'"b\xe3nk"')
     # NaN is no JSON (the lenient reader read it as null in the long field, and the change was merged without it)
     nan = envelope("c", 12, "u", 7).encode().replace(b'"balance": 7', b'"balance": NaN')
+    # half a surrogate pair escaped alone: flattened, the value would hold "?" instead
+    lone = envelope("d", 13, "u", 8).encode().replace(b'"bank"', b'"b\\ud800nk"')
     path = tmp_path / "f.jsonl"
-    path.write_bytes(good + b"\n" + bad + b"\n" + nan + b"\n")
+    path.write_bytes(good + b"\n" + bad + b"\n" + nan + b"\n" + lone + b"\n")
     lines = spark.read.text(str(path)).select(flat_line(F.col("value"), stream).alias("value"),
                                               F.lit("f.jsonl").alias("_source_file"),
                                               F.lit(H0 + timedelta(hours=1)).alias("_landed_at"))
     assert [r["_error"] for r in parse_lines(lines, stream).collect()] == [None, "invalid UTF-8 encoding",
-                                                                          "malformed JSON"]
+                                                                          "malformed JSON", LONE_SURROGATE_REASON]
     validator = Validator(stream)
     rejects = rejected_rows(validator.rejects_of(validator.staged_rows(lines, 1)), stream, 1, H0).collect()
-    assert sorted(bytes(r["raw_bytes"]) if r["raw_bytes"] else r["raw"].encode() for r in rejects) == sorted([bad, nan])
+    assert sorted(bytes(r["raw_bytes"]) if r["raw_bytes"] else r["raw"].encode() for r in rejects) == sorted(
+        [bad, nan, lone])
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from laketide.ingest.columns import STRICT_JSON, not_utf8, spark_type
+from laketide.ingest.columns import STRICT_JSON, lone_surrogate, not_utf8, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -85,7 +85,7 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
         F.date_format(F.timestamp_millis(event("ts_ms")), ISO_MICROS).alias(change_time),
         F.lower(F.hex(F.xxhash64(value))).alias(change_id),
     )
-    # a line that is not valid UTF-8 stays as it is, so that it is rejected as such: flattened, its invalid bytes
-    # would be repaired (the parse decodes them to U+FFFD)
-    envelope = op.isNotNull() & record.isNotNull() & ~not_utf8(value)
+    # a line that is not valid UTF-8, or escapes half a surrogate pair alone, stays as it is, so that it is rejected as
+    # such: flattened, its invalid bytes would be repaired (the parse decodes them to U+FFFD), the lone half written "?"
+    envelope = op.isNotNull() & record.isNotNull() & ~not_utf8(value) & ~lone_surrogate(value)
     return F.when(envelope, F.to_json(flat, {"ignoreNullFields": "true"})).otherwise(value)

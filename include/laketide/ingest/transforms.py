@@ -18,12 +18,14 @@ from laketide.ingest.columns import (
     CORRUPT,
     EXTRA_SQL_TYPE,
     LANDED_AT,
+    LONE_SURROGATE_REASON,
     PACK_SEPARATOR,
     STRICT_JSON,
     batch_parameter,
     fits,
     human,
     json_options,
+    lone_surrogate,
     not_utf8,
     object_opens,
     one_object,
@@ -177,7 +179,7 @@ class Parsed:
         for name, spec in self.stream.fields.items():
             if spec.required:
                 valid = valid & self.field(name).isNotNull()
-        valid = valid & self.time_in_range() & ~self.reencoding_changes()
+        valid = valid & self.time_in_range() & ~self.reencoding_changes() & ~lone_surrogate(self.raw)
         for name, spec in self.stream.fields.items():
             if not spec.required:
                 valid = valid & ~self.unreadable(name)
@@ -228,6 +230,7 @@ class Parsed:
             F.when(~opens_object, F.lit("not a JSON object")),
             F.when(~one_object(raw), F.lit(
                 "not one JSON object: something follows the object (one JSON object per line, nothing after it)")),
+            F.when(lone_surrogate(raw), F.lit(LONE_SURROGATE_REASON)),
         ]
         rule = timestamp_rule(stream)
         for name, spec in stream.fields.items():
