@@ -110,6 +110,14 @@ def merged(config_path: Path) -> dict[str, tuple[int, int | None, str | None]]:
     ({"tombstone_retention": "-1d"}, {}, "upsert.tombstone_retention: must be a positive duration"),
     ({"merge_mode": "sometimes"}, {}, "upsert.merge_mode"),
     ({"primary_key": ["account_id"], "unknown": 1}, {}, "upsert.unknown"),
+    ({"timestamp_units": {"opened_at": "millis"}}, {"opened_at": {"type": "timestamp"}},
+     "upsert.timestamp_units: only a format: debezium stream reads timestamps as numbers"),
+    ({"format": "debezium", "timestamp_units": {"balance": "millis"}}, {},
+     "upsert.timestamp_units: 'balance' is not a timestamp field"),
+    ({"format": "debezium", "timestamp_units": {"changed_at": "millis"}}, {},
+     "upsert.timestamp_units: 'changed_at' is the change time"),
+    ({"format": "debezium", "timestamp_units": {"opened_at": "hours"}}, {"opened_at": {"type": "timestamp"}},
+     "upsert.timestamp_units.opened_at"),
 ])
 def test_a_bad_upsert_section_names_what_to_fix(tmp_path: Path, upsert: dict[str, Any], fields: dict[str, Any],
                                                 named: str) -> None:
@@ -533,6 +541,58 @@ def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path:
     rejects = rejected_rows(validator.rejects_of(validator.staged_rows(lines, 1)), stream, 1, H0).collect()
     assert sorted(bytes(r["raw_bytes"]) if r["raw_bytes"] else r["raw"].encode() for r in rejects) == sorted(
         [bad, nan, lone])
+
+
+def typed_envelope(opened_at: int | str, kind: str | None, wrapped: bool) -> str:
+    """A change event whose ``opened_at`` is ``opened_at`` and, in the schema the converter writes with it, of the
+    Debezium type ``kind`` (as Debezium's JSON converter with ``schemas.enable``; ``wrapped`` False: without)."""
+    event = json.loads(envelope("a", 10, "u", 100))
+    event["after"]["opened_at"] = opened_at
+    if not wrapped:
+        return json.dumps(event)
+    row = [{"type": "string", "optional": False, "field": "account_id"},
+           {"type": "int64", "optional": True, "field": "balance"},
+           {"type": "int64", "optional": True, "field": "opened_at", **({"name": kind, "version": 1} if kind else {})}]
+    schema = {"type": "struct", "name": "bank.public.accounts.Envelope", "fields": [
+        {"type": "struct", "optional": True, "name": "bank.public.accounts.Value", "field": name, "fields": row}
+        for name in ("before", "after")] + [{"type": "string", "optional": False, "field": "op"}]}
+    return json.dumps({"schema": schema, "payload": event})
+
+
+@pytest.mark.parametrize(("opened_at", "kind", "wrapped", "units", "read"), [
+    # the schema names each field's type: its unit follows
+    (1_763_600_000_123, "io.debezium.time.Timestamp", True, {}, "2025-11-20T00:53:20.123000Z"),
+    (1_763_600_000_123_456, "io.debezium.time.MicroTimestamp", True, {}, "2025-11-20T00:53:20.123456Z"),
+    (1_763_600_000_123_456_789, "io.debezium.time.NanoTimestamp", True, {}, "2025-11-20T00:53:20.123456Z"),
+    (-1_500, "io.debezium.time.NanoTimestamp", True, {}, "1969-12-31T23:59:59.999998Z"),  # rounded down
+    (20_412, "io.debezium.time.Date", True, {}, "2025-11-20T00:00:00.000000Z"),
+    (1_763_600_000_123, "org.apache.kafka.connect.data.Timestamp", True, {}, "2025-11-20T00:53:20.123000Z"),
+    (20_412, "org.apache.kafka.connect.data.Date", True, {}, "2025-11-20T00:00:00.000000Z"),
+    # the schema decides over the configured unit; a schema naming no time type leaves it to the configuration
+    (1_763_600_000_123, "io.debezium.time.Timestamp", True, {"opened_at": "nanos"}, "2025-11-20T00:53:20.123000Z"),
+    (1_763_600_000_123, None, True, {"opened_at": "millis"}, "2025-11-20T00:53:20.123000Z"),
+    # without a schema: the configured unit, micros by default
+    (1_763_600_000_123, None, False, {"opened_at": "millis"}, "2025-11-20T00:53:20.123000Z"),
+    (20_412, None, False, {"opened_at": "days"}, "2025-11-20T00:00:00.000000Z"),
+    (1_763_600_000_123_456, None, False, {}, "2025-11-20T00:53:20.123456Z"),
+    # text (ZonedTimestamp) is read as written
+    ("2025-11-20T00:53:20.5+01:00", "io.debezium.time.ZonedTimestamp", True, {}, "2025-11-20T00:53:20.5+01:00"),
+])
+def test_a_debezium_timestamp_number_is_read_in_its_types_unit(spark: Any, tmp_path: Path, opened_at: int | str,
+                                                               kind: str | None, wrapped: bool,
+                                                               units: dict[str, str], read: str) -> None:
+    """MySQL's DATETIME comes as milliseconds (io.debezium.time.Timestamp), PostgreSQL's timestamp as microseconds, a
+    DATE as days: each is read in its unit, from the envelope's schema, else from ``upsert.timestamp_units``."""
+    from pyspark.sql import functions as F
+
+    from laketide.ingest.debezium import flat_line
+
+    stream = load(upsert_config(tmp_path, fields=DEBEZIUM_FIELDS, upsert={
+        **UPSERT, "sequence_field": "lsn", "format": "debezium", "timestamp_units": units})).stream("clicks")
+    path = tmp_path / "f.jsonl"
+    path.write_text(typed_envelope(opened_at, kind, wrapped) + "\n")
+    (flat,) = spark.read.text(str(path)).select(flat_line(F.col("value"), stream)).collect()
+    assert json.loads(flat[0])["opened_at"] == read
 
 
 @pytest.mark.slow

@@ -224,7 +224,8 @@ class StreamConfig(_Strict):
                 "the writer commits at most once per trigger, so every hour would look stalled (a gap): "
                 "use several trigger intervals")
         if self.upsert is not None:
-            check_upsert(self.upsert, self.fields, self.table, self.rejects_table, self.event_id_field)
+            check_upsert(self.upsert, self.fields, self.table, self.rejects_table, self.event_id_field,
+                         self.event_time_field)
             if self.dedupe_on_write:
                 raise ValueError("dedupe_on_write: an upsert stream's merge keeps one row per key already; a change "
                                  "arriving twice changes nothing: set dedupe_on_write: false")

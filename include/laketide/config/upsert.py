@@ -20,6 +20,8 @@ from laketide.config.values import _IDENT, _Strict, check_table_name, positive_d
 UPSERT_OPERATIONS = ("insert", "update", "upsert", "c", "u", "r", "I", "U")
 DELETE_OPERATIONS = ("delete", "d", "D")
 MergeMode = Literal["merge-on-read", "copy-on-write"]
+#: how a Debezium envelope's number in a timestamp field counts time since the epoch
+TimeUnit = Literal["days", "millis", "micros", "nanos"]
 #: what each operation value says of its key, as the lakehouse view and the example consumer count changes
 OPERATION_KINDS = {"insert": "insert", "c": "insert", "r": "insert", "I": "insert", "update": "update", "u": "update",
                    "U": "update", "upsert": "upsert", **dict.fromkeys(DELETE_OPERATIONS, "delete")}
@@ -45,6 +47,9 @@ class UpsertConfig(_Strict):
     #: how changes are written: flat lines of the stream's fields ("rows"), or Debezium's change-event envelope
     #: ("debezium": the record in after/before, op, ts_ms, source; see laketide.ingest.debezium)
     format: Literal["rows", "debezium"] = "rows"
+    #: ``format: debezium``: the unit of a timestamp field's number when the envelope carries no schema naming its
+    #: Debezium type (JSON converter with ``schemas.enable=false``), per field; a field not named is in micros
+    timestamp_units: dict[str, TimeUnit] = Field(default_factory=dict)
     #: how a change to an existing row is written: position delete files plus new rows (merge-on-read: cheap
     #: writes, compacted by maintenance), or the data files holding them rewritten (copy-on-write)
     merge_mode: MergeMode = "merge-on-read"
@@ -75,7 +80,7 @@ class UpsertConfig(_Strict):
 
 
 def check_upsert(upsert: UpsertConfig, fields: dict[str, Any], table: str, rejects_table: str,
-                 event_id_field: str) -> None:
+                 event_id_field: str, event_time_field: str) -> None:
     """The ``upsert`` section against its stream's fields and tables (raises ``ValueError`` naming what to fix)."""
     known = sorted(fields)
     for name in upsert.primary_key:
@@ -110,6 +115,15 @@ def check_upsert(upsert: UpsertConfig, fields: dict[str, Any], table: str, rejec
                          "a change time)")
     if upsert.operation_field == event_id_field:
         raise ValueError("upsert.operation_field: must be another field than event_id_field")
+    for name in upsert.timestamp_units:
+        if upsert.format != "debezium":
+            raise ValueError(f"upsert.timestamp_units: only a format: debezium stream reads timestamps as numbers "
+                             f"(this one is format: {upsert.format}); remove {name!r}")
+        if name not in fields or fields[name].type != "timestamp":
+            raise ValueError(f"upsert.timestamp_units: {name!r} is not a timestamp field of the stream")
+        if name == event_time_field:
+            raise ValueError(f"upsert.timestamp_units: {name!r} is the change time, which laketide reads from the "
+                             "envelope's ts_ms (milliseconds); remove it")
     if upsert.table in (table, rejects_table):
         raise ValueError(f"upsert.table: {upsert.table!r} is also the stream's change log or rejects table; name "
                          "another table")

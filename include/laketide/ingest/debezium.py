@@ -14,6 +14,13 @@ the record's fields from ``after`` (``before`` for a delete), and the fields lak
 * ``sequence_field``, when the record does not hold it: the ``source`` block's field of that name (``lsn`` for
   PostgreSQL), else the envelope's field of that name (``ts_ms``).
 
+A timestamp field of the record written as a number counts time since the epoch in the unit of its Debezium type:
+days (``io.debezium.time.Date``, a DATE column), milliseconds (``io.debezium.time.Timestamp``: MySQL's DATETIME,
+Oracle's TIMESTAMP up to 3 digits), microseconds (``MicroTimestamp``: PostgreSQL's timestamp) or nanoseconds
+(``NanoTimestamp``); Kafka Connect's ``Date`` and ``Timestamp`` too. The envelope's ``schema`` names the type of each
+field when the converter writes it; without it, the stream's ``upsert.timestamp_units`` gives the unit (micros when
+it names none). Text (``ZonedTimestamp``) is read as any timestamp is.
+
 A line that is not such an envelope is passed on as it is: the validation then rejects it with its reason (its
 key, operation, change time are missing). The writer validates, rejects and commits the flat line; the landing file
 keeps the original.
@@ -32,6 +39,14 @@ if TYPE_CHECKING:
 
 #: how a change time is written into the flat line (the strict timestamp pattern of the landing contract)
 ISO_MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+#: the Debezium and Kafka Connect types of a number that is a point in time, and their unit
+SCHEMA_UNITS = {
+    "io.debezium.time.Date": "days", "org.apache.kafka.connect.data.Date": "days",
+    "io.debezium.time.Timestamp": "millis", "org.apache.kafka.connect.data.Timestamp": "millis",
+    "io.debezium.time.MicroTimestamp": "micros", "io.debezium.time.NanoTimestamp": "nanos",
+}
+#: the part of the envelope's schema that names the types of the record's fields
+_SCHEMA = "schema: struct<fields: array<struct<field: string, fields: array<struct<field: string, name: string>>>>>"
 
 
 def filled(stream: StreamConfig) -> tuple[str, str, str]:
@@ -48,7 +63,29 @@ def envelope_schema(stream: StreamConfig) -> str:
         f"`{name}`: {'string' if spec.type == 'timestamp' else spark_type(spec.type).simpleString()}"
         for name, spec in stream.fields.items() if name not in filled(stream))
     body = f"before: struct<{row}>, after: struct<{row}>, op: string, ts_ms: long, source: map<string, string>"
-    return f"struct<payload: struct<{body}>, {body}>"
+    return f"struct<{_SCHEMA}, payload: struct<{body}>, {body}>"
+
+
+def _schema_unit(parsed: Column, name: str) -> Column:
+    """The unit of field ``name``'s numbers as the envelope's schema names its type (null without a schema, or for a
+    type that is not a point in time)."""
+    from pyspark.sql import functions as F
+
+    record = F.element_at(F.filter(parsed["schema"]["fields"], lambda f: f["field"].isin("after", "before")), 1)
+    kind = F.element_at(F.filter(record["fields"], lambda f: f["field"] == name), 1)["name"]
+    unit = F.lit(None).cast("string")
+    for type_name, unit_name in SCHEMA_UNITS.items():
+        unit = F.when(kind == type_name, F.lit(unit_name)).otherwise(unit)
+    return unit
+
+
+def _micros(number: Column, unit: Column) -> Column:
+    """``number`` (a long) in ``unit`` since the epoch, as microseconds (nanoseconds rounded down, exactly)."""
+    from pyspark.sql import functions as F
+
+    nanos = F.call_function("div", number - F.pmod(number, F.lit(1000)), F.lit(1000))
+    return (F.when(unit == "days", number * 86_400_000_000).when(unit == "millis", number * 1000)
+            .when(unit == "nanos", nanos).otherwise(number))
 
 
 def flat_line(value: Column, stream: StreamConfig) -> Column:
@@ -76,8 +113,10 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
             field = F.coalesce(field, event("source")[name].cast(kind),
                                F.get_json_object(value, f"$.{name}").cast(kind),
                                F.get_json_object(value, f"$.payload.{name}").cast(kind))
-        if spec.type == "timestamp":  # ISO text stays; a number is microseconds since the epoch (MicroTimestamp)
-            field = F.when(field.rlike(r"^-?\d+$"), F.date_format(F.timestamp_micros(field.cast("long")), ISO_MICROS)
+        if spec.type == "timestamp":  # ISO text stays; a number counts in its type's unit (see the module)
+            unit = F.coalesce(_schema_unit(parsed, name), F.lit(upsert.timestamp_units.get(name, "micros")))
+            micros = _micros(field.cast("long"), unit)
+            field = F.when(field.rlike(r"^-?\d+$"), F.date_format(F.timestamp_micros(micros), ISO_MICROS)
                            ).otherwise(field)
         columns.append(field.alias(name))
     flat = F.struct(
