@@ -543,6 +543,41 @@ def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path:
         [bad, nan, lone])
 
 
+def test_a_debezium_value_of_another_type_is_a_rejected_line(spark: Any, tmp_path: Path) -> None:
+    """A record value the field's type cannot hold (a DECIMAL as Debezium's default base64 bytes, or its struct, in a
+    long field; a fraction in it; an LSN written as text in the record) is a rejected line naming the field: the
+    typed parse read it as null, and the change was merged without the value (or with the source block's LSN)."""
+    from pyspark.sql import functions as F
+
+    from laketide.ingest.debezium import flat_line
+    from laketide.ingest.rejects import rejected_rows
+    from laketide.ingest.transforms import Validator
+
+    stream = load(upsert_config(tmp_path, fields=DEBEZIUM_FIELDS,
+                                upsert={**UPSERT, "sequence_field": "lsn", "format": "debezium"})).stream("clicks")
+
+    def with_value(lsn: int, name: str, value: Any, wrapped: bool = False) -> str:
+        event = json.loads(envelope("a", lsn, "u", 100))
+        event["after"][name] = value
+        return json.dumps({"schema": {}, "payload": event} if wrapped else event)
+
+    bad = [with_value(10, "balance", "AeJA"), with_value(11, "balance", 12.5, wrapped=True),
+           with_value(12, "balance", {"scale": 2, "value": "AeJA"}), with_value(13, "lsn", "16")]
+    good = [with_value(14, "balance", None), with_value(15, "balance", 7, wrapped=True), envelope("a", 16, "d", 1)]
+    path = tmp_path / "f.jsonl"
+    path.write_text("\n".join(bad + good) + "\n")
+    lines = spark.read.text(str(path)).select(flat_line(F.col("value"), stream).alias("value"),
+                                              F.lit("f.jsonl").alias("_source_file"),
+                                              F.lit(H0 + timedelta(hours=1)).alias("_landed_at"))
+    validator = Validator(stream)
+    staged = validator.staged_rows(lines, 1)
+    rejects = rejected_rows(validator.rejects_of(staged), stream, 1, H0).collect()
+    assert sorted(r["reason"].split(":")[0] for r in rejects) == ["field 'balance' is not a valid long"] * 3 + [
+        "field 'lsn' is not a valid long"], [r["reason"] for r in rejects]
+    kept = staged.where(F.col("changed_at").isNotNull()).select("lsn", "balance").collect()  # rejects: no hour
+    assert {r["lsn"]: r["balance"] for r in kept} == {14: None, 15: 7, 16: 1}
+
+
 def typed_envelope(opened_at: int | str, kind: str | None, wrapped: bool) -> str:
     """A change event whose ``opened_at`` is ``opened_at`` and, in the schema the converter writes with it, of the
     Debezium type ``kind`` (as Debezium's JSON converter with ``schemas.enable``; ``wrapped`` False: without)."""

@@ -45,6 +45,9 @@ SCHEMA_UNITS = {
     "io.debezium.time.Timestamp": "millis", "org.apache.kafka.connect.data.Timestamp": "millis",
     "io.debezium.time.MicroTimestamp": "micros", "io.debezium.time.NanoTimestamp": "nanos",
 }
+#: the record of an envelope (wrapped or not), each value as its JSON text
+_RECORD_TEXTS = ("struct<before: map<string, string>, after: map<string, string>, "
+                 "payload: struct<before: map<string, string>, after: map<string, string>>>")
 #: the part of the envelope's schema that names the types of the record's fields
 _SCHEMA = "schema: struct<fields: array<struct<field: string, fields: array<struct<field: string, name: string>>>>>"
 
@@ -102,12 +105,22 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
 
     op = event("op")
     record = F.when(op == "d", event("before")).otherwise(event("after"))
+    # the record's values as their JSON text: a value the typed parse could not read (a decimal as Debezium's base64
+    # bytes in a long field, a fraction in an int field) is passed on as text, so that the validation rejects the line
+    # naming the field, instead of the typed parse's null dropping the value
+    texts = F.from_json(value, _RECORD_TEXTS, {"mode": "PERMISSIVE", **STRICT_JSON})
+    record_texts = F.when(op == "d", F.coalesce(texts["payload"]["before"], texts["before"])).otherwise(
+        F.coalesce(texts["payload"]["after"], texts["after"]))
     operation, change_time, change_id = filled(stream)
-    columns = []
+    columns, mistyped = [], []
     for name, spec in stream.fields.items():
         if name in (operation, change_time, change_id):
             continue
         field = record[name]
+        unread = F.lit(False)
+        if spec.type not in ("string", "timestamp"):  # read as text: any value is read (see envelope_schema)
+            unread = record_texts[name].isNotNull() & field.isNull()
+            mistyped.append(F.when(unread, record_texts[name]).alias(name))
         if name == upsert.sequence_field:
             kind = "string" if spec.type == "timestamp" else spark_type(spec.type)
             field = F.coalesce(field, event("source")[name].cast(kind),
@@ -118,7 +131,7 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
             micros = _micros(field.cast("long"), unit)
             field = F.when(field.rlike(r"^-?\d+$"), F.date_format(F.timestamp_micros(micros), ISO_MICROS)
                            ).otherwise(field)
-        columns.append(field.alias(name))
+        columns.append(F.when(~unread, field).alias(name))
     flat = F.struct(
         *columns, op.alias(operation),
         F.date_format(F.timestamp_millis(event("ts_ms")), ISO_MICROS).alias(change_time),
@@ -127,4 +140,9 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
     # a line that is not valid UTF-8, or escapes half a surrogate pair alone, stays as it is, so that it is rejected as
     # such: flattened, its invalid bytes would be repaired (the parse decodes them to U+FFFD), the lone half written "?"
     envelope = op.isNotNull() & record.isNotNull() & ~not_utf8(value) & ~lone_surrogate(value)
-    return F.when(envelope, F.to_json(flat, {"ignoreNullFields": "true"})).otherwise(value)
+    line = F.to_json(flat, {"ignoreNullFields": "true"})
+    if mistyped:  # the values the typed parse could not read, as strings, after the others: {..., "balance": "AeJA"}
+        texts_line = F.to_json(F.struct(*mistyped), {"ignoreNullFields": "true"})
+        line = F.when(texts_line == "{}", line).otherwise(F.concat(
+            line.substr(F.lit(1), F.length(line) - 1), F.lit(","), texts_line.substr(F.lit(2), F.length(texts_line))))
+    return F.when(envelope, line).otherwise(value)
