@@ -574,7 +574,9 @@ def test_a_debezium_value_of_another_type_is_a_rejected_line(spark: Any, tmp_pat
     rejects = rejected_rows(validator.rejects_of(staged), stream, 1, H0).collect()
     assert sorted(r["reason"].split(":")[0] for r in rejects) == ["field 'balance' is not a valid long"] * 3 + [
         "field 'lsn' is not a valid long"], [r["reason"] for r in rejects]
-    kept = staged.where(F.col("changed_at").isNotNull()).select("lsn", "balance").collect()  # rejects: no hour
+    # the accepted rows (a reject's has no change time), filtered here: a filter in the query would be pushed into the
+    # validation's expressions, and planning it costs more than the whole test
+    kept = [r for r in staged.select("lsn", "balance", "changed_at").collect() if r["changed_at"] is not None]
     assert {r["lsn"]: r["balance"] for r in kept} == {14: None, 15: 7, 16: 1}
 
 
