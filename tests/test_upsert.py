@@ -580,6 +580,53 @@ def test_a_debezium_value_of_another_type_is_a_rejected_line(spark: Any, tmp_pat
     assert {r["lsn"]: r["balance"] for r in kept} == {14: None, 15: 7, 16: 1}
 
 
+@pytest.mark.parametrize("unknown_fields", ["ignore", "keep", "reject"])
+def test_a_debezium_record_field_the_stream_does_not_name_follows_unknown_fields(spark: Any, tmp_path: Path,
+                                                                                unknown_fields: str) -> None:
+    """A column added to the source table arrives in the record before it is added to the stream's fields: as a flat
+    line's key, it is dropped (ignore), kept in _extra (keep) or the line is rejected naming it (reject). Before, the
+    flattening dropped it whatever unknown_fields said: nothing rejected, _extra always null."""
+    from pyspark.sql import functions as F
+
+    from laketide.ingest.debezium import flat_line
+    from laketide.ingest.rejects import rejected_rows
+    from laketide.ingest.transforms import Validator
+
+    stream = load(upsert_config(tmp_path, fields=DEBEZIUM_FIELDS, unknown_fields=unknown_fields,
+                                upsert={**UPSERT, "sequence_field": "lsn", "format": "debezium"})).stream("clicks")
+    added = json.loads(envelope("a", 10, "u", 100, wrapped=True))
+    added["payload"]["after"].update(nickname="bob", limits={"daily": 5}, note=None)
+    deleted = json.loads(envelope("b", 11, "d", 7))
+    deleted["before"]["nickname"] = "ann"
+    lines = [json.dumps(added), json.dumps(deleted), envelope("c", 12, "c", 1)]
+    path = tmp_path / "f.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    flat = spark.read.text(str(path)).select(flat_line(F.col("value"), stream).alias("value"),
+                                             F.lit("f.jsonl").alias("_source_file"),
+                                             F.lit(H0 + timedelta(hours=1)).alias("_landed_at"))
+    validator = Validator(stream)
+    staged = validator.staged_rows(flat, 1)
+    rejects = rejected_rows(validator.rejects_of(staged), stream, 1, H0).collect()
+    # filtered here, not in the query (see the test above)
+    kept = {r["lsn"]: r for r in staged.collect() if r["changed_at"] is not None}
+    if unknown_fields == "reject":
+        # a reject keeps the flat line (the landing file keeps the envelope)
+        assert sorted((json.loads(r["raw"])["lsn"], r["reason"]) for r in rejects) == [
+            (10, "unknown field(s) 'nickname', 'limits', 'note': not in the stream's fields (add them to fields, or "
+                 "set unknown_fields to ignore or keep)"),
+            (11, "unknown field(s) 'nickname': not in the stream's fields (add them to fields, or set unknown_fields "
+                 "to ignore or keep)")]
+        assert set(kept) == {12}
+        return
+    assert rejects == []
+    assert {lsn: (r["balance"], r["op"]) for lsn, r in kept.items()} == {10: (100, "u"), 11: (7, "d"), 12: (1, "c")}
+    if unknown_fields == "keep":
+        assert {lsn: r["_extra"] for lsn, r in kept.items()} == {
+            10: {"nickname": "bob", "limits": '{"daily":5}', "note": None}, 11: {"nickname": "ann"}, 12: None}
+    else:
+        assert "_extra" not in staged.columns
+
+
 def typed_envelope(opened_at: int | str, kind: str | None, wrapped: bool) -> str:
     """A change event whose ``opened_at`` is ``opened_at`` and, in the schema the converter writes with it, of the
     Debezium type ``kind`` (as Debezium's JSON converter with ``schemas.enable``; ``wrapped`` False: without)."""

@@ -21,6 +21,9 @@ Oracle's TIMESTAMP up to 3 digits), microseconds (``MicroTimestamp``: PostgreSQL
 field when the converter writes it; without it, the stream's ``upsert.timestamp_units`` gives the unit (micros when
 it names none). Text (``ZonedTimestamp``) is read as any timestamp is.
 
+A record's field that the stream does not name follows ``unknown_fields`` as a flat line's key does: dropped
+(``ignore``), kept in ``_extra`` as its text (``keep``), or the line rejected naming it (``reject``).
+
 A line that is not such an envelope is passed on as it is: the validation then rejects it with its reason (its
 key, operation, change time are missing). The writer validates, rejects and commits the flat line; the landing file
 keeps the original.
@@ -143,6 +146,18 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
     line = F.to_json(flat, {"ignoreNullFields": "true"})
     if mistyped:  # the values the typed parse could not read, as strings, after the others: {..., "balance": "AeJA"}
         texts_line = F.to_json(F.struct(*mistyped), {"ignoreNullFields": "true"})
-        line = F.when(texts_line == "{}", line).otherwise(F.concat(
-            line.substr(F.lit(1), F.length(line) - 1), F.lit(","), texts_line.substr(F.lit(2), F.length(texts_line))))
+        line = F.when(texts_line == "{}", line).otherwise(_joined(line, texts_line))
+    if stream.unknown_fields != "ignore":
+        # the record's fields the stream does not name stay in the line, each as its text, for the validation to keep
+        # (in _extra) or reject as it does a flat line's: {..., "nickname": "bob", "limits": "{\"daily\":5}"}
+        known = F.array(*[F.lit(name) for name in stream.fields])
+        unknown = F.map_filter(record_texts, lambda k, _: ~F.array_contains(known, k))
+        line = F.when(F.size(unknown) > 0, _joined(line, F.to_json(unknown))).otherwise(line)
     return F.when(envelope, line).otherwise(value)
+
+
+def _joined(line: Column, more: Column) -> Column:
+    """The JSON object ``line`` with the members of the JSON object ``more`` (not empty) after its own."""
+    from pyspark.sql import functions as F
+
+    return F.concat(line.substr(F.lit(1), F.length(line) - 1), F.lit(","), more.substr(F.lit(2), F.length(more)))
