@@ -9,7 +9,7 @@ import yaml
 from laketide.config import DEFAULT_CONFIG, load_config, parse_duration
 from laketide.errors import ConfigError
 from laketide.lake.catalog import jdbc_properties
-from tests.helpers import STREAM_FIELDS, write_config
+from tests.helpers import ACCOUNT_FIELDS, ACCOUNT_UPSERT, STREAM_FIELDS, write_config
 
 
 def test_default_configuration_loads() -> None:
@@ -174,6 +174,34 @@ def test_streams_sharing_a_key_are_refused(tmp_path: Path, views: dict[str, obje
     with pytest.raises(ConfigError) as err:
         load_config(two_streams(tmp_path, **views), environ={})
     assert named.replace("{home}", str(tmp_path)) in str(err.value)
+
+
+def two_upsert_streams(home: Path, views_table: str) -> Path:
+    """Two upsert streams: clicks merged into lake.accounts, views into ``views_table``."""
+    def upsert(table: str) -> dict[str, object]:
+        return {"fields": ACCOUNT_FIELDS, "event_time_field": "changed_at", "event_id_field": "change_id",
+                "upsert": {**ACCOUNT_UPSERT, "table": table}}
+
+    path = two_streams(home, **upsert(views_table))
+    raw = yaml.safe_load(path.read_text())
+    raw["streams"][0].update(upsert("lake.accounts"))
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(("views_table", "named"), [
+    ("lake.accounts", "streams[views].upsert.table: 'lake.accounts' is already the upsert.table of stream 'clicks'"),
+    ("lake.clicks", "streams[views].upsert.table: 'lake.clicks' is already the table of stream 'clicks'"),
+    ("lake.accounts__tombstones",
+     "streams[views].upsert.table: 'lake.accounts__tombstones' is already the tombstones table of stream 'clicks'"),
+])
+def test_upsert_streams_sharing_a_merged_table_are_refused(tmp_path: Path, views_table: str, named: str) -> None:
+    """Two streams merged into one table would each fold its own changes over the other's rows: no fold holds."""
+    with pytest.raises(ConfigError) as err:
+        load_config(two_upsert_streams(tmp_path, views_table), environ={})
+    assert named in str(err.value)
+    config = load_config(two_upsert_streams(tmp_path, "lake.other_accounts"), environ={})
+    assert [s.upsert.table for s in config.streams if s.upsert] == ["lake.accounts", "lake.other_accounts"]
 
 
 def test_every_problem_is_listed(tmp_path: Path) -> None:

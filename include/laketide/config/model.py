@@ -156,8 +156,13 @@ def _shared_keys(config: LaketideConfig) -> list[str]:
         if stream.name in [s.name for s in config.streams[:i]]:
             problems.append(f"streams[{i}].name: stream name {stream.name!r} is used twice; give each stream its own")
             continue
-        claims = [("writer_id", stream.writer_id), ("table", stream.table), ("rejects_table", stream.rejects_table)]
-        for field, value in claims:
+        # (the key naming it, what it is, its value)
+        claims = [("writer_id", "writer_id", stream.writer_id), ("table", "table", stream.table),
+                  ("rejects_table", "rejects_table", stream.rejects_table)]
+        if stream.upsert is not None:  # the merged table and its tombstones (two merges into one table: no fold)
+            claims += [("upsert.table", "upsert.table", stream.upsert.table),
+                       ("upsert.table", "tombstones table", tombstones_table(stream.upsert))]
+        for field, label, value in claims:
             kind = "writer id" if field == "writer_id" else "table"
             owner = owners.get((kind, value))
             if owner is not None:
@@ -165,7 +170,7 @@ def _shared_keys(config: LaketideConfig) -> list[str]:
                         if kind == "writer id" else "each stream needs its own tables")
                 problems.append(f"{_key(stream, field)}: {value!r} is already {owner}; {what}")
             else:
-                owners[(kind, value)] = f"the {field} of stream {stream.name!r}"
+                owners[(kind, value)] = f"the {label} of stream {stream.name!r}"
     status = config.close.status_table
     if ("table", status) in owners:
         problems.append(f"close.status_table: {status!r} is {owners[('table', status)]}; "
