@@ -204,10 +204,11 @@ class MergeSink:
         jvm, _ = gateway(spark)
         if applied is not None and not jvm.org.apache.iceberg.util.SnapshotUtil.isAncestorOf(
                 changelog, target, applied):
-            # the change log was rolled back (a redo) past what the merged table applied: rebuilt from the log
+            # the change log was rolled back (a redo) past what the merged table applied, or expiry removed that
+            # snapshot (a merge left undone for longer than the change log keeps snapshots): rebuilt from the log
             log.warning("the merged table %s applied change-log snapshot %d, which is not in the change log's "
-                        "history any more (a redo rolled it back): rebuilding it from the change log", upsert.table,
-                        applied)
+                        "history any more (a redo rolled it back, or snapshot expiry removed it): rebuilding it from "
+                        "the change log", upsert.table, applied)
             return self.rebuild(spark, target, batch_id)
         if applied is None:
             changes = reader.option("snapshot-id", target).load(f"{self.prefix}.{stream.table}")
