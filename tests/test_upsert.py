@@ -627,6 +627,50 @@ def test_a_debezium_record_field_the_stream_does_not_name_follows_unknown_fields
         assert "_extra" not in staged.columns
 
 
+def test_a_delete_needs_only_its_key_and_the_change_fields(spark: Any, tmp_path: Path) -> None:
+    """A field declared required (a NOT NULL column of the source) is required of an insert or update, not of a
+    delete: PostgreSQL's Debezium connector (replica identity DEFAULT) sends a delete's before with the key alone,
+    every other column null. Such deletes were rejected ("missing required field 'balance'") and never applied:
+    the deleted keys lived on in the merged table. A delete without its key, sequence, change time or id is still
+    rejected, as is an update without the required field."""
+    from pyspark.sql import functions as F
+
+    from laketide.ingest.debezium import flat_line
+    from laketide.ingest.rejects import rejected_rows
+    from laketide.ingest.transforms import Validator
+
+    def staged(stream: Any, lines: list[str]) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
+        path = tmp_path / f"{stream.upsert.format}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        value = F.col("value") if stream.upsert.format == "rows" else flat_line(F.col("value"), stream)
+        flat = spark.read.text(str(path)).select(value.alias("value"), F.lit("f.jsonl").alias("_source_file"),
+                                                 F.lit(H0 + timedelta(hours=1)).alias("_landed_at"))
+        validator = Validator(stream)
+        rows = validator.staged_rows(flat, 1)
+        rejects = rejected_rows(validator.rejects_of(rows), stream, 1, H0).collect()
+        kept = {r["account_id"]: r["op"] for r in rows.collect() if r["changed_at"] is not None}  # (see above)
+        return kept, sorted((str(json.loads(r["raw"]).get("account_id")), r["reason"]) for r in rejects)
+
+    fields = {**FIELDS, "balance": {"type": "long", "required": True}, "status": {"type": "string", "required": True}}
+    rows = load(upsert_config(tmp_path / "rows", fields=fields)).stream("clicks")
+    without = {"balance": None, "status": None}
+    lines = [json.dumps({**change("a", 1, "d"), **without}), json.dumps({**change("b", 2, "D"), **without}),
+             json.dumps({**change("c", 3, "u", balance=5), "status": None}),
+             json.dumps({k: v for k, v in change("d", 4, "d").items() if k != "version"}),
+             json.dumps({k: v for k, v in change("e", 5, "delete").items() if k not in ("balance", "status")}),
+             json.dumps(change("f", 6, "u", balance=1, status="open"))]
+    assert staged(rows, lines) == ({"a": "d", "b": "D", "e": "delete", "f": "u"}, [
+        ("c", "missing required field 'status'"), ("d", "missing required field 'version'")])
+
+    debezium = load(upsert_config(tmp_path / "debezium", fields={**DEBEZIUM_FIELDS, "balance": {
+        "type": "long", "required": True}}, upsert={**UPSERT, "sequence_field": "lsn", "format": "debezium"}))
+    key_only = json.loads(envelope("a", 10, "d"))
+    key_only["before"] = {"account_id": "a", "balance": None, "opened_at": None}
+    no_balance = json.loads(envelope("b", 11, "u"))
+    assert staged(debezium.stream("clicks"), [json.dumps(key_only), json.dumps(no_balance)]) == (
+        {"a": "d"}, [("b", "missing required field 'balance'")])
+
+
 def typed_envelope(opened_at: int | str, kind: str | None, wrapped: bool) -> str:
     """A change event whose ``opened_at`` is ``opened_at`` and, in the schema the converter writes with it, of the
     Debezium type ``kind`` (as Debezium's JSON converter with ``schemas.enable``; ``wrapped`` False: without)."""

@@ -129,6 +129,13 @@ def check_upsert(upsert: UpsertConfig, fields: dict[str, Any], table: str, rejec
                          "another table")
 
 
+def delete_fields(upsert: UpsertConfig, event_time_field: str, event_id_field: str) -> tuple[str, ...]:
+    """The fields a delete needs: its key, sequence, operation, change time and id. Its other fields, required ones
+    too, may be absent: a delete removes the key's row (Debezium's delete of a PostgreSQL row under replica identity
+    DEFAULT holds the key alone)."""
+    return (*upsert.primary_key, upsert.sequence_field, upsert.operation_field, event_time_field, event_id_field)
+
+
 def tombstones_table(upsert: UpsertConfig) -> str:
     """The table of the deleted keys' tombstones, beside the merged table."""
     return f"{upsert.table}__tombstones"

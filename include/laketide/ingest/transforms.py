@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from laketide.config import EXTRA_COLUMN, StreamConfig
+from laketide.config.upsert import DELETE_OPERATIONS, delete_fields
 from laketide.ingest.columns import (
     BOM,
     CORRUPT,
@@ -61,6 +62,10 @@ class Parsed:
         self.earliest = None if retention is None else F.timestamp_micros(
             F.unix_micros(landed_at) - retention // timedelta(microseconds=1))
         self._fields = {name: self._field(name, spec.type) for name, spec in stream.fields.items()}
+        # an upsert stream's delete needs only its key and change fields (config.upsert.delete_fields)
+        upsert = stream.upsert
+        self._optional_on_delete = set() if upsert is None else set(stream.fields) - set(
+            delete_fields(upsert, stream.event_time_field, stream.event_id_field))
 
     def _field(self, name: str, kind: str) -> Column:
         """Field ``name`` of the record. A timestamp the reader refused is read again with the second
@@ -79,6 +84,14 @@ class Parsed:
 
     def field(self, name: str) -> Column:
         return self._fields[name]
+
+    def missing(self, name: str) -> Column:
+        """Required field ``name`` is absent (or null): of a delete, only a field every change needs."""
+        absent = self.field(name).isNull()
+        if name not in self._optional_on_delete:
+            return absent
+        assert self.stream.upsert is not None
+        return absent & ~self.field(self.stream.upsert.operation_field).isin(*DELETE_OPERATIONS)
 
     def _known(self) -> Column:
         from pyspark.sql import functions as F
@@ -178,7 +191,7 @@ class Parsed:
         valid = object_opens(self.raw)
         for name, spec in self.stream.fields.items():
             if spec.required:
-                valid = valid & self.field(name).isNotNull()
+                valid = valid & ~self.missing(name)
         valid = valid & self.time_in_range() & ~self.reencoding_changes() & ~lone_surrogate(self.raw)
         for name, spec in self.stream.fields.items():
             if not spec.required:
@@ -238,7 +251,7 @@ class Parsed:
             checks.append(F.when(self.unreadable(name), F.lit(why)))
         for name, spec in stream.fields.items():
             if spec.required:
-                checks.append(F.when(self.field(name).isNull(), F.lit(f"missing required field {name!r}")))
+                checks.append(F.when(self.missing(name), F.lit(f"missing required field {name!r}")))
         for name in stream.fields:
             if (outside := self.outside_values(name)) is not None:
                 allowed = ", ".join(stream.allowed_values(name) or ())
