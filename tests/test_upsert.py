@@ -723,6 +723,35 @@ def test_a_debezium_timestamp_number_is_read_in_its_types_unit(spark: Any, tmp_p
     assert json.loads(flat[0])["opened_at"] == read
 
 
+@pytest.mark.parametrize(("source", "top", "read"), [
+    ({"ts_ms": 1_795_161_900_123}, {}, "2026-11-20T08:05:00.123000Z"),  # the source block's, in milliseconds
+    ({}, {"ts_ms": 1_795_161_900_456}, "2026-11-20T08:05:00.456000Z"),  # the envelope's
+    ({"ts_us": 1_795_161_900_123_456}, {}, "2026-11-20T08:05:00.123456Z"),  # Debezium 2's, in micro-
+    ({}, {"ts_ns": 1_795_161_900_123_456_789}, "2026-11-20T08:05:00.123456Z"),  # and nanoseconds
+])
+def test_a_debezium_time_taken_as_the_sequence_is_read_in_its_unit(spark: Any, tmp_path: Path,
+                                                                    source: dict[str, int], top: dict[str, int],
+                                                                    read: str) -> None:
+    """A MySQL stream orders its changes by ts_ms (its binlog position is no single number): a timestamp
+    sequence_field the record lacks is Debezium's own ts_ms (ts_us, ts_ns), from the source block or the envelope,
+    in the unit its name says. It was read as microseconds: the merged table's ts_ms said 1970-01-21."""
+    from pyspark.sql import functions as F
+
+    from laketide.ingest.debezium import flat_line
+
+    name = next(iter(source or top))
+    fields = {**{k: v for k, v in DEBEZIUM_FIELDS.items() if k != "lsn"}, name: {"type": "timestamp", "required": True}}
+    stream = load(upsert_config(tmp_path, fields=fields, upsert={
+        **UPSERT, "sequence_field": name, "format": "debezium"})).stream("clicks")
+    event = json.loads(envelope("a", 10, "u", 100))
+    event["source"] = {"connector": "mysql", "file": "binlog.000003", "pos": 4711, **source}
+    event.update(top)
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps(event) + "\n")
+    (flat,) = spark.read.text(str(path)).select(flat_line(F.col("value"), stream)).collect()
+    assert json.loads(flat[0])[name] == read
+
+
 @pytest.mark.slow
 def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Path) -> None:
     config_path = upsert_config(tmp_path, fields=DEBEZIUM_FIELDS,

@@ -12,7 +12,8 @@ the record's fields from ``after`` (``before`` for a delete), and the fields lak
 * ``event_time_field`` (the change time, which decides the change's hour): the envelope's ``ts_ms``;
 * ``event_id_field``: a hash of the line (the same event landed twice has the same id);
 * ``sequence_field``, when the record does not hold it: the ``source`` block's field of that name (``lsn`` for
-  PostgreSQL), else the envelope's field of that name (``ts_ms``).
+  PostgreSQL), else the envelope's field of that name (``ts_ms``). Debezium's own times (``ts_ms``, ``ts_us``,
+  ``ts_ns``) taken so as a timestamp field are read in the unit their name says.
 
 A timestamp field of the record written as a number counts time since the epoch in the unit of its Debezium type:
 days (``io.debezium.time.Date``, a DATE column), milliseconds (``io.debezium.time.Timestamp``: MySQL's DATETIME,
@@ -48,6 +49,8 @@ SCHEMA_UNITS = {
     "io.debezium.time.Timestamp": "millis", "org.apache.kafka.connect.data.Timestamp": "millis",
     "io.debezium.time.MicroTimestamp": "micros", "io.debezium.time.NanoTimestamp": "nanos",
 }
+#: Debezium's own times, in its ``source`` block and the envelope, and their unit (their name says it)
+ENVELOPE_UNITS = {"ts_ms": "millis", "ts_us": "micros", "ts_ns": "nanos"}
 #: the record of an envelope (wrapped or not), each value as its JSON text
 _RECORD_TEXTS = ("struct<before: map<string, string>, after: map<string, string>, "
                  "payload: struct<before: map<string, string>, after: map<string, string>>>")
@@ -124,13 +127,17 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
         if spec.type not in ("string", "timestamp"):  # read as text: any value is read (see envelope_schema)
             unread = record_texts[name].isNotNull() & field.isNull()
             mistyped.append(F.when(unread, record_texts[name]).alias(name))
+        own_unit = None  # the unit of Debezium's own time of this name (ts_ms...), when the record lacks the field
         if name == upsert.sequence_field:
             kind = "string" if spec.type == "timestamp" else spark_type(spec.type)
+            if name in ENVELOPE_UNITS:
+                own_unit = F.when(field.isNull(), F.lit(ENVELOPE_UNITS[name]))
             field = F.coalesce(field, event("source")[name].cast(kind),
                                F.get_json_object(value, f"$.{name}").cast(kind),
                                F.get_json_object(value, f"$.payload.{name}").cast(kind))
         if spec.type == "timestamp":  # ISO text stays; a number counts in its type's unit (see the module)
-            unit = F.coalesce(_schema_unit(parsed, name), F.lit(upsert.timestamp_units.get(name, "micros")))
+            unit = F.coalesce(_schema_unit(parsed, name), *([own_unit] if own_unit is not None else []),
+                              F.lit(upsert.timestamp_units.get(name, "micros")))
             micros = _micros(field.cast("long"), unit)
             field = F.when(field.rlike(r"^-?\d+$"), F.date_format(F.timestamp_micros(micros), ISO_MICROS)
                            ).otherwise(field)
