@@ -347,6 +347,10 @@ def test_staging_branches_of_writers_not_running_are_dropped_at_expiry(spark: An
     assert plan.staging_branch_owner(streams, "laketide_merge_elsewhere_3_0a1b2c3d4e") is None
     # stream clicks's prefix is also the start of stream clicks_2's branches: the whole name decides
     assert plan.staging_branch_owner(streams, f"laketide_merge_{stream.name}_2_3_0a1b2c3d4e") is None
+    # the merge at a writer's start (batch -1) is batch n1; a stream name's '-' and '.' are '_' in a branch name
+    assert plan.staging_branch_owner(streams, f"laketide_merge_{stream.name}_n1_0a1b2c3d4e") == stream
+    dotted = stream.model_copy(update={"name": "acct-changes.v2"})
+    assert plan.staging_branch_owner([dotted], "laketide_merge_acct_changes_v2_n1_0a1b2c3d4e") == dotted
 
     (dry,) = maintain(config, spark, EVENTS, "expire_snapshots", dry_run=True)
     assert f"to drop: {killed}" in dry.detail and branches() == {killed, mine}

@@ -309,6 +309,55 @@ def test_the_merged_table_is_the_fold_of_every_change(spark: Any, tmp_path: Path
     assert verify_partition(load(config_path), stream, H0).success
 
 
+def test_a_changed_key_or_sequence_is_refused_until_the_merged_tables_are_dropped(spark: Any, tmp_path: Path) -> None:
+    """The merged table is keyed by primary_key and ordered by sequence_field: merged by another key, every row
+    would come back a second time. A changed key or sequence is refused at writer start, naming both and what to
+    do, with nothing changed; once the merged and tombstones tables are dropped, the writer builds them again from
+    the change log by the new key."""
+    from laketide.errors import SchemaChangeError
+    from laketide.ingest.upsert_tables import SEQUENCE_PROPERTY, ensure_upsert_tables
+
+    fields = {**FIELDS, "region": {"type": "string", "required": True}, "lsn": {"type": "long", "required": True}}
+    config_path = upsert_config(tmp_path, fields=fields)
+    name = load(config_path).catalog.name
+    landing = Landing(load(config_path).stream("clicks").landing_path)
+
+    def at(region: str, *args: Any) -> dict[str, Any]:
+        c = change(*args)
+        return {**c, "region": region, "lsn": c["version"], "change_id": f"{c['change_id']}-{region}"}
+
+    landing.land([at("eu", "a", 1, "c", 10), at("us", "a", 2, "c", 20), at("eu", "b", 1, "c", 5),
+                  at("eu", "b", 2, "d")])
+    ingest(spark, config_path)
+    assert merged(config_path) == {"a": (2, 20, None)}
+    catalog = load_catalog(load(config_path).catalog)
+    before = {t: catalog.load_table(t).metadata_location for t in ("lake.accounts", "lake.accounts__tombstones")}
+    assert catalog.load_table("lake.accounts").properties[SEQUENCE_PROPERTY] == "version"
+
+    rekeyed = {**UPSERT, "primary_key": ["account_id", "region"]}
+    for upsert, named in ((rekeyed, "upsert.primary_key is ['account_id', 'region'], but lake.accounts is keyed by "
+                                    "['account_id']"),
+                          ({**UPSERT, "sequence_field": "lsn"},
+                           "upsert.sequence_field is 'lsn', but the rows of lake.accounts are ordered by 'version'")):
+        upsert_config(tmp_path, catalog=name, fields=fields, upsert=upsert)
+        with pytest.raises(SchemaChangeError) as err:
+            ensure_upsert_tables(spark, load(config_path), load(config_path).stream("clicks"))
+        assert named in str(err.value) and "drop lake.accounts and lake.accounts__tombstones" in str(err.value)
+    assert {t: catalog.load_table(t).metadata_location for t in before} == before  # nothing changed
+
+    upsert_config(tmp_path, catalog=name, fields=fields, upsert=rekeyed)
+    with pytest.raises(SchemaChangeError):
+        ingest(spark, config_path)  # the writer does not start
+    for table in before:
+        spark.sql(f"DROP TABLE {name}.{table}")
+    ingest(spark, config_path)
+    rows = catalog.load_table("lake.accounts").scan().to_arrow().to_pylist()
+    assert sorted((r["account_id"], r["region"], r["balance"]) for r in rows) == [("a", "eu", 10), ("a", "us", 20)]
+    assert sorted(catalog.load_table("lake.accounts").schema().identifier_field_names()) == ["account_id", "region"]
+    assert [(r["account_id"], r["region"]) for r in
+            catalog.load_table("lake.accounts__tombstones").scan().to_arrow().to_pylist()] == [("b", "eu")]
+
+
 @pytest.mark.slow
 def test_a_batch_too_big_to_broadcast_is_one_merge_and_the_same_fold(spark: Any, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -337,6 +386,22 @@ def test_a_batch_too_big_to_broadcast_is_one_merge_and_the_same_fold(spark: Any,
 
 
 @pytest.mark.slow
+def test_a_stream_named_with_a_dash_and_a_dot_merges_on_its_staging_branch(spark: Any, tmp_path: Path) -> None:
+    """A stream's name may hold '-' and '.', which a Spark identifier does not: the staging branch's name (part of
+    the identifier ``<table>.branch_<name>``) holds '_' instead. Before, such a stream's merge into a table of
+    staged_merge_rows or more failed every batch with a ParseException (INVALID_IDENTIFIER)."""
+    config_path = upsert_config(tmp_path, name="acct-changes.v2", upsert=STAGED)
+    landing = Landing(load(config_path).stream("acct-changes.v2").landing_path)
+    landing.land([change("a", 1, "c", 10), change("b", 1, "c", 5)])
+    ingest(spark, config_path, group="acct-changes.v2")
+    landing.land([change("a", 2, "u", 11), change("b", 2, "d")])
+    ingest(spark, config_path, group="acct-changes.v2")
+    assert merged(config_path) == fold(landing.changes) == {"a": (2, 11, None)}
+    table = load_catalog(load(config_path).catalog).load_table("lake.accounts")
+    assert set(table.metadata.refs) == {"main"}  # the staging branches were fast-forwarded and removed
+    assert "batch 1 merged into lake.accounts" in writer_log(config_path)
+
+
 def test_copy_on_write_merges_the_fold_without_delete_files(spark: Any, tmp_path: Path) -> None:
     """``merge_mode: copy-on-write``: the merged table's properties say it, a merge rewrites the data files holding
     the rows it changes (no delete file), and the table is the fold of every change as under merge-on-read. Set back
@@ -367,10 +432,11 @@ def test_copy_on_write_merges_the_fold_without_delete_files(spark: Any, tmp_path
 
 @pytest.mark.slow
 def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(spark: Any, tmp_path: Path) -> None:
-    """The real writer process SIGKILLed after the change log's commit, then (replaying that batch) before its merge,
-    then after the merge (before the checkpoint), then after a merge's data files were written (before its commit),
-    changes landing in between: each restart leaves the merged table equal to the fold, every change logged once.
-    The first batch and the last restart, which only ingest, run on this process's session."""
+    """The real writer process SIGKILLed after the change log's commit, then (at its restart, which merges what the
+    change log holds first: batch -1) before that merge, then after a batch's merge (before the checkpoint), then
+    after a merge's data files were written (before its commit), changes landing in between: each restart leaves
+    the merged table equal to the fold, every change logged once. The first batch and the last restart, which only
+    ingest, run on this process's session."""
     config_path = upsert_config(tmp_path, upsert=STAGED)
     stream = load(config_path).stream("clicks")
     landing = Landing(stream.landing_path)
@@ -378,11 +444,11 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(spark: Any,
     ingest(spark, config_path)
     landing.land([change("a", 2, "u", 2), change("b", 2, "d"), change("c", 1, "c", 3)])
     faults = tmp_path / "faults"
-    for point, more in (("after_commit", [change("c", 2, "u", 4), change("b", 1, "c", 9, cid="b-late")]),
-                        ("before_merge", [change("d", 1, "c", 5)]),
-                        ("after_merge", [change("a", 3, "d"), change("d", 2, "u", 6)])):
-        writer = start_writer(config_path, LAKETIDE_FAULT=f"{point}:1", LAKETIDE_FAULT_DIR=str(faults))
-        wait_for(faults / f"{point}-1.reached", writer, timeout=300)  # batch 1, or its replay
+    for point, batch, more in (("after_commit", 1, [change("c", 2, "u", 4), change("b", 1, "c", 9, cid="b-late")]),
+                               ("before_merge", -1, [change("d", 1, "c", 5)]),  # the restart's merge
+                               ("after_merge", 2, [change("a", 3, "d"), change("d", 2, "u", 6)])):
+        writer = start_writer(config_path, LAKETIDE_FAULT=f"{point}:{batch}", LAKETIDE_FAULT_DIR=str(faults))
+        wait_for(faults / f"{point}-{batch}.reached", writer, timeout=300)
         kill_group(writer)
         writer.wait(timeout=60)
         landing.land(more)

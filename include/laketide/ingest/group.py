@@ -162,6 +162,7 @@ class Application(Watch):
 
     def start(self, w: Writer) -> None:
         """Take the stream's lease and start its query; a refusal leaves it waiting or failed, never raises."""
+        from laketide.ingest.merge_sink import catch_up
         from laketide.ingest.runner import preflight, start, stop_file
         from laketide.ingest.tables import ensure_tables
         from laketide.ingest.upsert_tables import ensure_upsert_tables
@@ -195,6 +196,8 @@ class Application(Watch):
 
             sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
                           self.config.catalog.retry_timeout)
+            if stream.upsert:
+                catch_up(self.spark, self.config, stream)
             preflight(self.config, stream)
             if stream.name in self.given:  # the caller holds the lease: a stop file asked the writer before it
                 stop_file(stream).unlink(missing_ok=True)

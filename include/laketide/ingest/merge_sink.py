@@ -44,7 +44,7 @@ from laketide.config.upsert import DELETE_OPERATIONS, OPERATION_KINDS, tombstone
 from laketide.errors import MainMovedError, WriterFencedError
 from laketide.ingest import faultpoints as faults
 from laketide.ingest import sink
-from laketide.ingest.public_sink import StagingBranch, snapshot_options
+from laketide.ingest.public_sink import StagingBranch, branch_prefix, snapshot_options
 from laketide.ingest.upsert_tables import merged_columns, quoted
 from laketide.ingest.writer import BatchWriter
 from laketide.lake import commits
@@ -70,6 +70,11 @@ BROADCAST_CHANGES = 250_000
 OBSERVATION_WAIT = 10.0
 #: prefix of the merge's staging branches (then the stream's name)
 MERGE_PREFIX = "laketide_merge_"
+
+
+def merge_prefix(stream: StreamConfig) -> str:
+    """Prefix of the merge's staging branches of ``stream``."""
+    return branch_prefix(MERGE_PREFIX, stream.name)
 
 
 def is_delete(stream: StreamConfig) -> Column:
@@ -258,7 +263,7 @@ class MergeSink:
 
         keys = list(self.upsert.primary_key)
         computed = spark.sql(self._source_sql(view)).localCheckpoint()  # computed once, for both steps
-        staging = StagingBranch(merged, f"{self.prefix}.{self.upsert.table}", f"{MERGE_PREFIX}{self.stream.name}_",
+        staging = StagingBranch(merged, f"{self.prefix}.{self.upsert.table}", merge_prefix(self.stream),
                                 batch_id)
         changes = f"{view}_source"
         F.broadcast(computed).createOrReplaceTempView(changes)  # the MERGE's inner join builds on the changes
@@ -409,6 +414,19 @@ class UpsertWriter(BatchWriter):
 
         with logs.for_stream(self.stream.name):
             sink.retrying(f"merge of batch {batch_id} of {self.stream.name}", attempt, self.timeout, merge_again)
+
+
+def catch_up(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> int:
+    """At the writer's start: the merged table applies what the change log holds and it has not applied yet (a
+    merged table dropped to be built again, a merge a failure left undone), instead of waiting for the next batch."""
+    merge = MergeSink(config, stream)
+
+    def attempt() -> int:
+        return merge.catch_up(spark, -1)
+
+    with logs.for_stream(stream.name):
+        return sink.retrying(f"merge of {stream.name} at its start", attempt, config.catalog.retry_timeout,
+                             merge_again)
 
 
 def merge_again(exc: BaseException) -> bool:

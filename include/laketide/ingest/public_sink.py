@@ -59,9 +59,15 @@ class PublicIceberg:
         return table
 
 
+def branch_prefix(kind: str, name: str) -> str:
+    """Prefix of staging branches ``kind`` made for ``name`` (a writer id, a stream name), as a branch name must be:
+    it is part of a Spark identifier (``<table>.branch_<branch>``), which holds no '-' or '.'."""
+    return f"{kind}{re.sub(r'[^A-Za-z0-9_]', '_', name)}_"
+
+
 def stage_prefix(writer_id: str) -> str:
-    """Prefix of the staging branches of ``writer_id`` (a branch name is part of a Spark identifier)."""
-    return f"{STAGE_PREFIX}{re.sub(r'[^A-Za-z0-9_]', '_', writer_id)}_"
+    """Prefix of the staging branches of ``writer_id`` (the public commit path's)."""
+    return branch_prefix(STAGE_PREFIX, writer_id)
 
 
 def table_marker(table: Any, writer_id: str) -> commits.Marker | None:
@@ -84,7 +90,7 @@ def drop_branches(table: Any, names: list[str]) -> None:
 def is_staging_branch(name: str, prefix: str) -> bool:
     """``name`` is a staging branch of ``prefix`` (:class:`StagingBranch`: the prefix, a batch id, an attempt's id).
     The whole name decides: one stream's prefix can be the start of another's (``a_`` of ``a_b_``)."""
-    return re.fullmatch(re.escape(prefix) + r"\d+_[0-9a-f]{10}", name) is not None
+    return re.fullmatch(re.escape(prefix) + r"n?\d+_[0-9a-f]{10}", name) is not None
 
 
 def _stale_branches(table: Any, prefix: str) -> list[str]:
@@ -109,7 +115,8 @@ class StagingBranch:
     def __init__(self, table: Any, name: str, prefix: str, batch_id: int) -> None:
         drop_branches(table, _stale_branches(table, prefix))  # left by a killed attempt of this writer id
         self.table, self.name, self.batch_id, self.start = table, name, batch_id, _head(table)
-        self.branch = f"{prefix}{batch_id}_{uuid.uuid4().hex[:10]}"
+        # batch -1 (a merge at the writer's start, after a redo) as n1: no '-' in a Spark identifier
+        self.branch = f"{prefix}{str(batch_id).replace('-', 'n')}_{uuid.uuid4().hex[:10]}"
         manage = table.manageSnapshots()
         (manage.createBranch(self.branch) if self.start is None else
          manage.createBranch(self.branch, self.start)).commit()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from laketide.config import LaketideConfig, StreamConfig
 from laketide.config.upsert import UpsertConfig, tombstones_table
+from laketide.errors import SchemaChangeError
 from laketide.ingest.columns import spark_type
 from laketide.lake.internals import iceberg_table
 
@@ -40,15 +41,51 @@ def merged_properties(upsert: UpsertConfig) -> dict[str, str]:
         # after its replacement merged is stopped there); compactions (replace snapshots) do not conflict with it
         "write.merge.isolation-level": "serializable", "write.delete.isolation-level": "serializable",
         "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100",
+        SEQUENCE_PROPERTY: upsert.sequence_field,
     }
+
+
+#: the table property of a merged table (and its tombstones) naming the field its rows are ordered by
+SEQUENCE_PROPERTY = "laketide.sequence-field"
+
+
+def check_keyed_as_configured(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
+    """Refuse (:class:`SchemaChangeError`, nothing changed) an upsert stream whose ``primary_key`` or
+    ``sequence_field`` is not the one its existing merged or tombstones table was built on: the merge would match
+    rows by another key (a key twice in the table) or compare sequences the rows do not hold."""
+    upsert = stream.upsert
+    assert upsert is not None
+    problems = []
+    for name in (upsert.table, tombstones_table(upsert)):
+        if not spark.catalog.tableExists(f"{config.catalog.name}.{name}"):
+            continue
+        table = iceberg_table(spark, f"{config.catalog.name}.{name}")
+        keys = sorted(table.schema().identifierFieldNames())
+        if keys and keys != sorted(upsert.primary_key):
+            problems.append(f"upsert.primary_key is {upsert.primary_key}, but {name} is keyed by {keys}")
+        sequence = table.properties().get(SEQUENCE_PROPERTY)
+        if sequence is not None and sequence != upsert.sequence_field:
+            problems.append(f"upsert.sequence_field is {upsert.sequence_field!r}, but the rows of {name} are "
+                            f"ordered by {sequence!r}")
+        if problems:  # the tombstones were built with the merged table: the same problems
+            break
+    if problems:
+        raise SchemaChangeError(
+            f"stream {stream.name}: {'; '.join(problems)}. A keyed table is not re-keyed or re-ordered in place; "
+            "nothing was changed (the writer does not start). Set the configuration back, or drop "
+            f"{upsert.table} and {tombstones_table(upsert)}: the writer then builds them again from the change log "
+            f"{stream.table}, by the new key and sequence")
 
 
 def ensure_upsert_tables(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
     """Create the merged table (the key's columns NOT NULL and its identifier fields) and the tombstones table of an
-    upsert stream unless they exist; existing ones follow fields added to the stream or widened."""
+    upsert stream unless they exist; existing ones follow fields added to the stream or widened. Refused, before
+    anything changes, when the key or the sequence field is not the one the tables were built on
+    (:func:`check_keyed_as_configured`)."""
     upsert = stream.upsert
     assert upsert is not None
     cat = config.catalog.name
+    check_keyed_as_configured(spark, config, stream)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cat}.{upsert.table.split('.')[0]}")
 
     def columns(names: Iterable[str]) -> list[tuple[str, str]]:

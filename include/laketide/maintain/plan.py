@@ -30,12 +30,12 @@ def staging_branch_owner(streams: Iterable[StreamConfig], branch: str) -> Stream
     """The stream whose writer made ``branch``, one of laketide's staging branches (an append on the public commit
     path: ``laketide_stage_<writer id>_<batch>_<id>``; an upsert stream's merge on a big table:
     ``laketide_merge_<stream>_<batch>_<id>``), or None for any other branch (a user's, a tag's name)."""
-    from laketide.ingest.merge_sink import MERGE_PREFIX
+    from laketide.ingest.merge_sink import merge_prefix
     from laketide.ingest.public_sink import is_staging_branch, stage_prefix
 
     for stream in streams:
         if any(is_staging_branch(branch, prefix) for prefix in (stage_prefix(stream.writer_id),
-                                                                 f"{MERGE_PREFIX}{stream.name}_")):
+                                                                 merge_prefix(stream))):
             return stream
     return None
 
