@@ -314,7 +314,7 @@ def test_a_changed_key_or_sequence_is_refused_until_the_merged_tables_are_droppe
     would come back a second time. A changed key or sequence is refused at writer start, naming both and what to
     do, with nothing changed; once the merged and tombstones tables are dropped, the writer builds them again from
     the change log by the new key."""
-    from laketide.errors import SchemaChangeError
+    from laketide.errors import SchemaChangeError, TableNotFoundError
     from laketide.ingest.upsert_tables import SEQUENCE_PROPERTY, ensure_upsert_tables
 
     fields = {**FIELDS, "region": {"type": "string", "required": True}, "lsn": {"type": "long", "required": True}}
@@ -350,6 +350,9 @@ def test_a_changed_key_or_sequence_is_refused_until_the_merged_tables_are_droppe
         ingest(spark, config_path)  # the writer does not start
     for table in before:
         spark.sql(f"DROP TABLE {name}.{table}")
+    # a close meanwhile names the missing table and what makes it (not pyiceberg's bare NoSuchTableError)
+    with pytest.raises(TableNotFoundError, match=r"table lake\.accounts of stream 'clicks' does not exist"):
+        verify_partition(load(config_path), load(config_path).stream("clicks"), H0)
     ingest(spark, config_path)
     rows = catalog.load_table("lake.accounts").scan().to_arrow().to_pylist()
     assert sorted((r["account_id"], r["region"], r["balance"]) for r in rows) == [("a", "eu", 10), ("a", "us", 20)]

@@ -89,12 +89,12 @@ def check_merged(config: LaketideConfig, stream: StreamConfig) -> MergedCheck:
     """The merged table of upsert stream ``stream`` against the fold of its change log (see the module)."""
     import duckdb
 
-    from laketide.lake.catalog import load_catalog
+    from laketide.lake.catalog import load_catalog, load_stream_table
 
     upsert = stream.upsert
     assert upsert is not None
     catalog = load_catalog(config.catalog)
-    merged_table = catalog.load_table(upsert.table)
+    merged_table = load_stream_table(config, upsert.table, stream)  # dropped (a re-key): the writer builds it again
     applied = applied_snapshot(merged_table)
     result = MergedCheck(upsert.table, applied)
     keys = list(upsert.primary_key)

@@ -111,7 +111,7 @@ def table_or_create(catalog: SqlCatalog, name: str, schema: Schema, spec: Partit
 
 
 def load_stream_table(config: LaketideConfig, name: str, stream: StreamConfig) -> Table:
-    """The table ``name`` (the events or rejects table of ``stream``) through pyiceberg.
+    """The table ``name`` (the events, rejects or merged table of ``stream``) through pyiceberg.
 
     :raises TableNotFoundError: naming the table and how its writer creates it
     """
