@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("laketide.ingest.upsert_tables")
 
 
+#: the table property of a merged table (and its tombstones) naming the field its rows are ordered by
+SEQUENCE_PROPERTY = "laketide.sequence-field"
+
+
 def merged_columns(stream: StreamConfig) -> list[str]:
     """The merged table's columns: the stream's fields but the operation."""
     assert stream.upsert is not None
@@ -43,10 +47,6 @@ def merged_properties(upsert: UpsertConfig) -> dict[str, str]:
         "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100",
         SEQUENCE_PROPERTY: upsert.sequence_field,
     }
-
-
-#: the table property of a merged table (and its tombstones) naming the field its rows are ordered by
-SEQUENCE_PROPERTY = "laketide.sequence-field"
 
 
 def check_keyed_as_configured(spark: SparkSession, config: LaketideConfig, stream: StreamConfig) -> None:
