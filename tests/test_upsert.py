@@ -439,9 +439,13 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(spark: Any,
     change log holds first: batch -1) before that merge, then after a batch's merge (before the checkpoint), then
     after a merge's data files were written (before its commit), changes landing in between: each restart leaves
     the merged table equal to the fold, every change logged once. The first batch and the last restart, which only
-    ingest, run on this process's session."""
-    config_path = upsert_config(tmp_path, upsert=STAGED)
+    ingest, run on this process's session. While the restart's merge holds the writer's main loop for longer than
+    ``writer_lease``, the lease stays live (no second writer could take the stream over)."""
+    from laketide.lake.lease import WriterLease, engine_for
+
+    config_path = upsert_config(tmp_path, upsert=STAGED, writer_lease="5s")
     stream = load(config_path).stream("clicks")
+    lease = WriterLease(engine_for(load(config_path).catalog), stream.writer_id, stream.writer_lease, "test")
     landing = Landing(stream.landing_path)
     landing.land([change("a", 1, "c", 1), change("b", 1, "c", 1)])
     ingest(spark, config_path)
@@ -452,6 +456,9 @@ def test_a_writer_killed_anywhere_in_an_upsert_batch_leaves_the_fold(spark: Any,
                                ("after_merge", 2, [change("a", 3, "d"), change("d", 2, "u", 6)])):
         writer = start_writer(config_path, LAKETIDE_FAULT=f"{point}:{batch}", LAKETIDE_FAULT_DIR=str(faults))
         wait_for(faults / f"{point}-{batch}.reached", writer, timeout=300)
+        if batch == -1:
+            time.sleep(stream.writer_lease.total_seconds() + 2)
+            assert lease.live_holder() is not None, "the lease lapsed while the writer merged at its start"
         kill_group(writer)
         writer.wait(timeout=60)
         landing.land(more)

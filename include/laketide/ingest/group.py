@@ -166,6 +166,7 @@ class Application(Watch):
         from laketide.ingest.runner import preflight, start, stop_file
         from laketide.ingest.tables import ensure_tables
         from laketide.ingest.upsert_tables import ensure_upsert_tables
+        from laketide.lake.lease import heartbeat
 
         stream = w.stream
         w.started_from = last_commit(stream)  # a failure before a later commit is not a recovery: the wait doubles
@@ -187,27 +188,30 @@ class Application(Watch):
             except WriterBusyError as exc:
                 self._wait(w, exc)
                 return
+        # the heartbeat goes on while the stream starts (a merge at its start can take minutes): its own lease and
+        # those of the streams already running stay live
         try:
-            def create_tables() -> None:
-                self.pool.reopen()
-                ensure_tables(self.spark, self.config, stream)
-                if stream.upsert:
-                    ensure_upsert_tables(self.spark, self.config, stream)
+            with heartbeat(lambda: [x.lease for x in self.writers if x is w or x.query is not None]):
+                def create_tables() -> None:
+                    self.pool.reopen()
+                    ensure_tables(self.spark, self.config, stream)
+                    if stream.upsert:
+                        ensure_upsert_tables(self.spark, self.config, stream)
 
-            sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
-                          self.config.catalog.retry_timeout)
-            if stream.upsert:
-                catch_up(self.spark, self.config, stream)
-            preflight(self.config, stream)
-            if stream.name in self.given:  # the caller holds the lease: a stop file asked the writer before it
-                stop_file(stream).unlink(missing_ok=True)
-            w.late.rescue()  # before the stream's first listing: an incremental run takes them too
-            context = self.spark.sparkContext
-            context.setLocalProperty("spark.scheduler.pool", stream.name)
-            try:
-                w.query = start(self.spark, self.config, stream, self.mode, w.commit_path, self.summary)
-            finally:
-                context.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+                sink.retrying(f"creating the tables of stream {stream.name}", create_tables,
+                              self.config.catalog.retry_timeout)
+                if stream.upsert:
+                    catch_up(self.spark, self.config, stream)
+                preflight(self.config, stream)
+                if stream.name in self.given:  # the caller holds the lease: a stop file asked the writer before it
+                    stop_file(stream).unlink(missing_ok=True)
+                w.late.rescue()  # before the stream's first listing: an incremental run takes them too
+                context = self.spark.sparkContext
+                context.setLocalProperty("spark.scheduler.pool", stream.name)
+                try:
+                    w.query = start(self.spark, self.config, stream, self.mode, w.commit_path, self.summary)
+                finally:
+                    context.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         except Exception as exc:
             self._release(w)
             if isinstance(exc, CatalogUnavailableError):

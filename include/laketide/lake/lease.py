@@ -21,8 +21,10 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -249,6 +251,28 @@ class WriterLease:
                                                       self.table.c.owner == self.owner))
         except Exception as exc:
             log.warning("writer %s: lease not released (it expires by itself): %s", self.writer_id, exc)
+
+
+@contextlib.contextmanager
+def heartbeat(leases: Callable[[], Iterable[WriterLease]], every: float = 1.0) -> Iterator[None]:
+    """Renew ``leases()`` from a thread of its own while the caller's loop cannot: a writer's start that merges what
+    the change log holds or waits for the catalog may take longer than ``writer_lease``, and without a heartbeat
+    another writer would take over the streams of the application meanwhile. A lease lost all the same is found by
+    the caller's own next :meth:`WriterLease.renew`."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every):
+            for lease in leases():
+                lease.renew()
+
+    thread = threading.Thread(target=beat, name="laketide-lease-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def live_redo(engine: Engine, writer_id: str, ttl: timedelta) -> str | None:
