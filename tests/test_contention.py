@@ -19,7 +19,7 @@ from tests.test_writer import assert_exactly_once
 
 pytestmark = pytest.mark.slow
 
-PRODUCE_SECONDS = 75
+PRODUCE_SECONDS = 50
 MAX_COMMIT_GAP = 30
 
 # checks the current and the previous hour and records each state, about twice a second, until stopped
@@ -67,7 +67,7 @@ def _run(tmp_path: Path, config_path: Path, env: dict[str, str], writer: subproc
         assert producer.returncode == 0, producer.stderr.decode()[-3000:]
         stream = load(config_path).stream("clicks")
         landed = len(list(data_dir(stream.landing_path).glob("*.jsonl")))
-        assert landed > 50
+        assert landed > PRODUCE_SECONDS * 2 // 3  # a file a second, fewer on a loaded machine
         # the writer catches up with everything that landed, still the same process
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and "pending" in _reconcile_state(config_path):
@@ -77,7 +77,7 @@ def _run(tmp_path: Path, config_path: Path, env: dict[str, str], writer: subproc
     finally:
         kill_group(checker)
     checks = int(checker.stdout.read().split()[-1]) if checker.stdout else 0  # type: ignore[union-attr]
-    assert checks > 60, f"the checker made only {checks} checks: the catalog was not kept busy"
+    assert checks > 40, f"the checker made only {checks} checks: the catalog was not kept busy"
     (stream.checkpoint_path.parent / "clicks.stop").touch()
     assert writer.wait(timeout=180) == 0, writer_log(config_path)[-5000:]
     log = writer_log(config_path)

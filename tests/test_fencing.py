@@ -79,8 +79,14 @@ def stop_writer(config_path: Path, proc: subprocess.Popen[bytes], log: Path) -> 
     assert code == 0, log.read_text(errors="replace")[-5000:]
 
 
-def test_frozen_writer_overtaken_then_resumed_commits_nothing(tmp_path: Path, catalog_uri: str | None) -> None:
-    frozen_writer_overtaken(tmp_path, catalog_uri, "internal")
+def test_frozen_writer_overtaken_then_resumed_commits_nothing_on_postgresql(tmp_path: Path) -> None:
+    """On SQLite: the public commit path below, and a writer application of three streams (tests/test_group.py)."""
+    cluster = PgCluster()
+    cluster.start()
+    try:
+        frozen_writer_overtaken(tmp_path, cluster.createdb("catalog"), "internal")
+    finally:
+        cluster.destroy()
 
 
 def test_frozen_writer_overtaken_then_resumed_commits_nothing_on_the_public_path(tmp_path: Path) -> None:

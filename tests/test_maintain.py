@@ -657,7 +657,7 @@ METADATA_BOUND = 256 * 1024
 
 
 def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, tmp_path: Path) -> None:
-    """A thousand small writer commits: after one maintenance run (compaction of the closed hours, manifest
+    """Five hundred small writer commits: after one maintenance run (compaction of the closed hours, manifest
     rewrite, expiry two days later) the metadata is back under fixed bounds that do not depend on the history's
     length (snapshots: ``min_snapshots``; manifests: a few; the metadata file: ``METADATA_BOUND``); the writer's
     newest marker survives; a first status check walks and pyiceberg ``load_table`` parses a fraction of what
@@ -667,7 +667,7 @@ def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, t
     from laketide.maintain.health import due_by_threshold
     from tests.helpers import write_config
 
-    commits = 1000
+    commits = 500
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=6)
     hours = [start + timedelta(hours=i) for i in range(4)]
     closed = hours[:3]
@@ -684,7 +684,7 @@ def test_a_long_history_is_brought_back_to_a_bounded_metadata_size(spark: Any, t
     assert before["metadata_bytes"] > METADATA_BOUND  # the history is long enough to matter
     walked_before, check_before, load_before = check_cost(config, hours[-1])
     assert walked_before == commits  # every commit is recent: a first check walks them all
-    # the threshold run sees it from metadata: 500 small files in each closed hour, more than max_small_files;
+    # the threshold run sees it from metadata: 125 small files in each closed hour, more than max_small_files;
     # one manifest per commit, more than max_manifests
     assert due_by_threshold(config).get(EVENTS) == ["rewrite_data_files", "rewrite_manifests"]
 
