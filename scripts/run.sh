@@ -116,8 +116,10 @@ stop() {
     fi
     for pid in $left; do
       [[ -n $later ]] && in_group "$pid" "$later" && continue
-      if [[ -z ${signalled[$pid]:-} ]]; then
-        signalled[$pid]=1
+      # signalled again every 20 s while it lives: a SIGTERM can be lost in Airflow's own handler (the DAG
+      # processor's sys.exit raised while it forks runs in logging's at-fork hook, which swallows it)
+      if [[ -z ${signalled[$pid]:-} ]] || ((SECONDS - signalled[$pid] >= 20)); then
+        signalled[$pid]=$SECONDS
         kill -TERM -- "-$pid" 2>/dev/null  # the process group it leads, if any
         kill -TERM "$pid" 2>/dev/null
       fi
