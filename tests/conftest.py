@@ -45,7 +45,8 @@ from tests.helpers import JARS_DIR, JAVA_OPTIONS_ENV  # noqa: E402
 SLOWEST_FIRST = (
     "test_maintain", "test_fencing", "test_faults", "test_redo", "test_upsert", "test_group", "test_production",
     "test_contention", "test_lineage",
-    "test_checkpoint_damage", "test_held_out", "test_history", "test_consistent_view", "test_writer",
+    "test_checkpoint_damage", "test_held_out", "test_upsert_postgres", "test_history", "test_consistent_view",
+    "test_writer",
     "test_poison_line", "test_backfill", "test_run_script", "test_parse", "test_docs_commands", "test_dags",
     "test_schema", "test_debezium", "test_bom",
     "test_dedupe", "test_close_dag", "test_big_hour", "test_ui_browser", "test_writer_stops", "test_snapshots",
