@@ -3,7 +3,7 @@
 A delete leaves a tombstone, so that an older change of its key arriving later is dropped instead of bringing the key
 back; kept for ever, the tombstones table would grow with every key ever deleted. What makes expiry safe is a rule
 of the writer: a change whose change time lies more than the retention R before its landing file's time is refused
-(``ingest.transforms.Parsed.earliest``, a reject naming the rule). So every change merged from now on has a change
+(``ingest.parsed.Parsed.earliest``, a reject naming the rule). So every change merged from now on has a change
 time at or after L - R, where L is the time of the oldest landing file not committed yet (now, when none waits: a
 file landing later has a later time). A tombstone whose delete's change time lies before L - R stops no change still
 to come: each of those is newer, given that a key's sequence grows with its change time (a version, an LSN or a
