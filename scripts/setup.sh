@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(openjdk-17-jre-headless libjarjar-java libxerial-sqlite-jdbc-java libpostgresql-jdbc-java curl procps postgresql chromium chromium-driver)
 PYTHON=${PYTHON:-python3.11}
+UV_VERSION=0.13.10  # the installer of the pinned requirements (pip installs it)
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
 missing=()
@@ -37,8 +38,18 @@ if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; the
   echo "==> creating .venv and installing pinned requirements (a few minutes the first time)"
   [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r requirements-dev.txt
-  .venv/bin/python -m pip install -q --no-deps -e .
+  # uv fetches and unpacks the lock's ~190 wheels side by side, pip one by one (from PyPI, no cache: 54 s against
+  # 93 s on two cores, bytecode compiled by both); pip installs them where uv cannot (an index that only pip's own
+  # configuration names)
+  if .venv/bin/python -m pip install -q "uv==$UV_VERSION" &&
+     .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -r requirements-dev.txt &&
+     .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .; then
+    :
+  else
+    echo "==> uv could not install the requirements; installing them with pip"
+    .venv/bin/python -m pip install -q -r requirements-dev.txt
+    .venv/bin/python -m pip install -q --no-deps -e .
+  fi
   echo "$want" > "$stamp"
 else
   echo "==> .venv is up to date"
