@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from laketide.close.verify import verify_partition
+from laketide.ingest.debezium import DELETE_WITHOUT_BEFORE
 from laketide.ingest.landing import publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
@@ -178,6 +179,20 @@ def test_a_delete_needs_only_its_key_and_the_change_fields(spark: Any, tmp_path:
     no_balance = json.loads(envelope("b", 11, "u"))
     assert staged(debezium.stream("clicks"), [json.dumps(key_only), json.dumps(no_balance)]) == (
         {"a": "d"}, [("b", "missing required field 'balance'")])
+
+    # a delete whose before is null (replica identity NOTHING), wrapped or not: its reason says so, not the first
+    # field it lacks; a line that is no envelope keeps its own reason
+    no_before = json.loads(envelope("c", 12, "d"))
+    no_before["before"] = None
+    wrapped = json.loads(envelope("d", 13, "d", wrapped=True))
+    wrapped["payload"]["before"] = None
+    kept, rejects = validated(spark, tmp_path, debezium.stream("clicks"),
+                              [json.dumps(no_before), json.dumps(wrapped), '{"not": "an envelope"}'])
+    assert kept == []
+    assert sorted(r["reason"] for r in rejects) == sorted([DELETE_WITHOUT_BEFORE] * 2 + [
+        "missing required field 'change_id'"])
+    assert sorted(json.loads(r["raw"]).get("payload", {}).get("op", json.loads(r["raw"]).get("op", "-"))
+                  for r in rejects) == ["-", "d", "d"]  # the envelopes as they landed
 
 
 def typed_envelope(opened_at: int | str, kind: str | None, wrapped: bool) -> str:

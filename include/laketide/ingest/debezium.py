@@ -26,8 +26,10 @@ A record's field that the stream does not name follows ``unknown_fields`` as a f
 (``ignore``), kept in ``_extra`` as its text (``keep``), or the line rejected naming it (``reject``).
 
 A line that is not such an envelope is passed on as it is: the validation then rejects it with its reason (its
-key, operation, change time are missing). The writer validates, rejects and commits the flat line; the landing file
-keeps the original.
+key, operation, change time are missing). So is a delete whose ``before`` is null (the source table's replica
+identity logs no key: PostgreSQL's ``REPLICA IDENTITY NOTHING``): nothing says which row it deletes, and the
+validation names that (:data:`DELETE_WITHOUT_BEFORE`). The writer validates, rejects and commits the flat line;
+the landing file keeps the original.
 """
 
 from __future__ import annotations
@@ -161,6 +163,25 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
         unknown = F.map_filter(record_texts, lambda k, _: ~F.array_contains(known, k))
         line = F.when(F.size(unknown) > 0, _joined(line, F.to_json(unknown))).otherwise(line)
     return F.when(envelope, line).otherwise(value)
+
+
+#: the reason a delete envelope whose ``before`` is null is rejected with
+DELETE_WITHOUT_BEFORE = (
+    "a Debezium delete without its before record (op 'd', before null): nothing says which row it deletes. The "
+    "source table's replica identity logs no key (PostgreSQL: REPLICA IDENTITY NOTHING); set it to DEFAULT or FULL")
+
+
+def delete_without_before(value: Column) -> Column:
+    """``value`` is a Debezium delete envelope (in its payload wrapper or not) whose ``before`` is written as null,
+    beside its ``after``: the line :func:`flat_line` passes on as it is for want of a record. Never null."""
+    from pyspark.sql import functions as F
+
+    def delete(event: Column) -> Column:
+        keys = F.json_object_keys(event)
+        return ((F.get_json_object(event, "$.op") == "d") & F.array_contains(keys, "before")
+                & F.array_contains(keys, "after") & F.get_json_object(event, "$.before").isNull())
+
+    return F.coalesce(delete(value) | delete(F.get_json_object(value, "$.payload")), F.lit(False))
 
 
 def _joined(line: Column, more: Column) -> Column:

@@ -26,6 +26,7 @@ from laketide.ingest.columns import (
     timestamp_rule,
     too_long_reason,
 )
+from laketide.ingest.debezium import DELETE_WITHOUT_BEFORE, delete_without_before
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -235,6 +236,9 @@ class Parsed:
                 "not one JSON object: something follows the object (one JSON object per line, nothing after it)")),
             F.when(lone_surrogate(raw), F.lit(LONE_SURROGATE_REASON)),
         ]
+        if stream.upsert is not None and stream.upsert.format == "debezium":
+            # an envelope the flattening passed on unread: named before the fields it lacks
+            checks.append(F.when(delete_without_before(raw), F.lit(DELETE_WITHOUT_BEFORE)))
         rule = timestamp_rule(stream)
         for name, spec in stream.fields.items():
             why = f"field {name!r} is not a valid {spec.type}" + (f": {rule}" if spec.type == "timestamp" else "")
