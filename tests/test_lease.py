@@ -91,3 +91,34 @@ def test_a_fence_or_a_bug_is_not_retried() -> None:
     with pytest.raises(WriterFencedError):
         retrying("test", fenced, timedelta(seconds=30))
     assert calls == [1]
+
+
+def test_a_writer_computing_its_figures_keeps_its_leases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer application's loop renews its leases between the figures it computes every status interval.
+    Figures that take longer than ``writer_lease`` (a busy catalog, a big landing zone, many streams) are not silence:
+    the running streams' leases are renewed meanwhile, and a second writer of the stream is refused, not let take it
+    over."""
+    from laketide.ingest import backlog
+    from laketide.ingest.group import Application
+
+    config = load(write_config(tmp_path, writer_lease="5s"))
+    stream = config.streams[0]
+    app = Application(config, [stream], "continuous")
+    (writer,) = app.writers
+    writer.lease.acquire()
+    writer.query = object()  # a running stream (no Spark here: the figures read the catalog and the landing zone)
+    refused: list[str] = []
+
+    def slow_freshness(catalog: object, s: object) -> None:
+        time.sleep(stream.writer_lease.total_seconds() + 2)  # longer than the lease
+        second = WriterLease(engine_for(config.catalog), stream.writer_id, stream.writer_lease, "incremental")
+        with pytest.raises(WriterBusyError, match="already running"):
+            second.acquire()
+        refused.append(stream.name)
+        raise RuntimeError("no figures: this test is about the lease")
+
+    monkeypatch.setattr(backlog, "freshness", slow_freshness)
+    app._figures()
+    assert refused == [stream.name]
+    assert writer.lease.renew()  # still the holder
+    writer.lease.release()

@@ -115,22 +115,30 @@ class Watch:
             log.warning("writer group %s: final figures not computed: %s", self.group, exc)
 
     def _figures(self) -> None:
+        """Each stream's figures (late files looked for, freshness read from its table), reported, thresholds checked.
+
+        They read the catalog and the landing zone for every stream of the group: on a busy catalog or a big landing
+        zone that can take longer than ``writer_lease``, and the loop that renews the leases waits for them. So the
+        running streams' leases are renewed from a thread meanwhile (``laketide.lake.lease.heartbeat``), as during a
+        stream's start: a writer computing its figures is not silent, and no second writer takes its streams over."""
         from laketide.ingest.backlog import freshness
         from laketide.lake.catalog import load_catalog
+        from laketide.lake.lease import heartbeat
 
-        catalog = load_catalog(self.config.catalog)
-        for w in self.writers:
-            if w.query is not None:
-                w.late.rescue()
-            try:
-                w.figures = freshness(catalog, w.stream)
-            except Exception as exc:
-                log.warning("stream %s: freshness not computed: %s", w.stream.name, exc)
-                continue
-            self._report(w)
-            self._check_thresholds(w)
-        if self.metrics is not None:
-            self.metrics.update(self.writers)
+        with heartbeat(lambda: [w.lease for w in self.writers if w.query is not None]):
+            catalog = load_catalog(self.config.catalog)
+            for w in self.writers:
+                if w.query is not None:
+                    w.late.rescue()
+                try:
+                    w.figures = freshness(catalog, w.stream)
+                except Exception as exc:
+                    log.warning("stream %s: freshness not computed: %s", w.stream.name, exc)
+                    continue
+                self._report(w)
+                self._check_thresholds(w)
+            if self.metrics is not None:
+                self.metrics.update(self.writers)
 
     def _check_thresholds(self, w: Writer) -> None:
         stream, figures = w.stream, w.figures
