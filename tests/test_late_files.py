@@ -28,7 +28,9 @@ DAY_MS = 86_400_000
 def source_log(checkpoint: Path, batch: int, entries: list[tuple[Path, int]], compact: bool = False) -> None:
     folder = checkpoint / "sources" / "0"
     folder.mkdir(parents=True, exist_ok=True)
-    entry = [json.dumps({"path": p.resolve().as_uri(), "timestamp": ts, "batchId": batch}) for p, ts in entries]
+    parents = {p.parent: p.parent.resolve() for p, _ in entries}  # resolved once per folder, not per file
+    entry = [json.dumps({"path": (parents[p.parent] / p.name).as_uri(), "timestamp": ts, "batchId": batch})
+             for p, ts in entries]
     lines = ["v1", *entry]
     (folder / (f"{batch}.compact" if compact else str(batch))).write_text("\n".join(lines))
 

@@ -14,7 +14,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import load_file_io
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import ancestors_of
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import LongType, NestedField
 
 from laketide.errors import LaketideError, TableNotFoundError
@@ -38,14 +38,24 @@ Stop = Callable[[Snap], bool] | None
 
 
 def expected(metadata: TableMetadata, stop: Stop = None) -> tuple[int | None, list[Snap]]:
-    """The answer from pyiceberg's full parse: the same walk over ``ancestors_of``."""
-    out = []
-    for s in ancestors_of(metadata.current_snapshot(), metadata):
+    """The answer from pyiceberg's full parse: the walk from the current snapshot up its parents. (pyiceberg's own
+    ``ancestors_of`` looks each parent up in the list of snapshots: for 10,000 snapshots, 24 s of the test's CPU.)"""
+    out: list[Snap] = []
+    for s in parent_walk(metadata):
         summary = {"operation": s.summary.operation.value, **s.summary.additional_properties} if s.summary else {}
         out.append(Snap(s.snapshot_id, s.parent_snapshot_id, s.sequence_number or 0, s.timestamp_ms, summary))
         if stop is not None and stop(out[-1]):
             break
     return metadata.current_snapshot_id, out
+
+
+def parent_walk(metadata: TableMetadata) -> Iterator[Snapshot]:
+    """The current snapshot of ``metadata``, its parent, and so on (what ``ancestors_of`` yields), by id."""
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    node = by_id.get(metadata.current_snapshot_id) if metadata.current_snapshot_id is not None else None
+    while node is not None:
+        yield node
+        node = by_id.get(node.parent_snapshot_id) if node.parent_snapshot_id is not None else None
 
 
 def read_metadata(catalog: SqlCatalog, identifier: str) -> bytes:
