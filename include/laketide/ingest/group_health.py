@@ -110,22 +110,23 @@ class Watch:
         """The figures once more as the application ends: the last commit's effect is in them (an incremental run
         reports its backlog after its last batch, not before it)."""
         try:
-            self._figures()
+            self._figures(renew=False)  # the leases are released by now
         except Exception as exc:
             log.warning("writer group %s: final figures not computed: %s", self.group, exc)
 
-    def _figures(self) -> None:
+    def _figures(self, renew: bool = True) -> None:
         """Each stream's figures (late files looked for, freshness read from its table), reported, thresholds checked.
 
         They read the catalog and the landing zone for every stream of the group: on a busy catalog or a big landing
         zone that can take longer than ``writer_lease``, and the loop that renews the leases waits for them. So the
         running streams' leases are renewed from a thread meanwhile (``laketide.lake.lease.heartbeat``), as during a
-        stream's start: a writer computing its figures is not silent, and no second writer takes its streams over."""
+        stream's start: a writer computing its figures is not silent, and no second writer takes its streams over.
+        ``renew``: false for the final figures, computed once the application has released its leases."""
         from laketide.ingest.backlog import freshness
         from laketide.lake.catalog import load_catalog
         from laketide.lake.lease import heartbeat
 
-        with heartbeat(lambda: [w.lease for w in self.writers if w.query is not None]):
+        with heartbeat(lambda: [w.lease for w in self.writers if renew and w.query is not None and not w.lost]):
             catalog = load_catalog(self.config.catalog)
             for w in self.writers:
                 if w.query is not None:
