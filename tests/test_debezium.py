@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from laketide.close.verify import verify_partition
-from laketide.ingest.debezium import DELETE_WITHOUT_BEFORE
+from laketide.ingest.debezium import DELETE_WITHOUT_BEFORE, UNPACKED_POSITION
 from laketide.ingest.landing import publish
 from laketide.lake.catalog import load_catalog
 from laketide.lake.hours import partition_key
@@ -40,6 +40,60 @@ def envelope(account: str, lsn: int, op: str, balance: int | None = None, wrappe
     event = {"before": row if op == "d" else None, "after": None if op == "d" else row, "op": op, "ts_ms": ts,
              "source": {"connector": "postgresql", "lsn": lsn, "ts_ms": ts - 3, "db": "bank", "table": "accounts"}}
     return json.dumps({"schema": {"type": "struct"}, "payload": event} if wrapped else event)
+
+
+#: a MySQL stream's fields: its changes ordered by their binlog position, which laketide fills from the source block
+MYSQL_FIELDS = {**{k: v for k, v in DEBEZIUM_FIELDS.items() if k != "lsn"},
+                "binlog_position": {"type": "long", "required": True}}
+MYSQL_UPSERT = {**UPSERT, "sequence_field": "binlog_position", "format": "debezium"}
+
+
+def mysql_envelope(account: str, file: Any, pos: Any, row: Any, op: str = "u", balance: int | None = None) -> str:
+    """A MySQL connector's change event of row ``account`` at binlog ``file``, ``pos`` and ``row``; every event in the
+    same second (MySQL's binlog times are seconds): their time cannot order them."""
+    record = {"account_id": account, "balance": balance}
+    ts = int((H0 + timedelta(minutes=5)).timestamp() * 1000)
+    return json.dumps({"before": record if op == "d" else None, "after": None if op == "d" else record, "op": op,
+                       "ts_ms": ts, "source": {"connector": "mysql", "name": "shop", "server_id": 223344,
+                                               "ts_ms": ts, "file": file, "pos": pos, "row": row, "db": "bank"}})
+
+
+def packed(file: int, pos: int, row: int) -> int:
+    return (file << 44) | (pos << 12) | row
+
+
+def test_a_mysql_change_is_ordered_by_its_binlog_position(spark: Any, tmp_path: Path) -> None:
+    """A MySQL or MariaDB binlog position is three numbers (the file's number, the event's position in it, the row in
+    the event): ``sequence_field: binlog_position`` packs them into one long that orders as they do, a later file
+    above any position of an earlier one. An envelope without a position that packs (no file number, a part above its
+    bits, another connector's source block) is rejected naming that, as it landed; a record holding the field keeps
+    its own value."""
+    stream = load(upsert_config(tmp_path, fields=MYSQL_FIELDS, upsert=MYSQL_UPSERT)).stream("clicks")
+    own = json.loads(mysql_envelope("e", "mysql-bin.000009", 4, 0))
+    own["after"]["binlog_position"] = 77
+    good = [mysql_envelope("a", "mysql-bin.000003", 154, 0, "r", 1), mysql_envelope("a", "mysql-bin.000003", 9_000_000,
+            2, "u", 2), mysql_envelope("b", "mysql-bin.000004", 4, 0, "d"),
+            mysql_envelope("c", "binlog.524287", 2 ** 32 - 1, 4095, "c", 3), json.dumps(own)]
+    bad = [mysql_envelope("f", "mysql-bin.000004", 2 ** 32, 0), mysql_envelope("g", "mysql-bin", 10, 0),
+           mysql_envelope("h", "mysql-bin.524288", 10, 0), mysql_envelope("i", "mysql-bin.000004", 10, 4096),
+           mysql_envelope("j", "mysql-bin.000004", "10", None), mysql_envelope("k", "mysql-bin.000004", 1.5, 0),
+           envelope("l", 10, "u", 5)]  # a PostgreSQL event: an LSN, no binlog position
+    kept, rejects = validated(spark, tmp_path, stream, good + bad)
+    assert {(r["account_id"], r["op"]): r["binlog_position"] for r in kept} == {
+        ("a", "r"): packed(3, 154, 0), ("a", "u"): packed(3, 9_000_000, 2), ("b", "d"): packed(4, 4, 0),
+        ("c", "c"): packed(524_287, 2 ** 32 - 1, 4095), ("e", "u"): 77}
+    assert packed(3, 9_000_000, 2) < packed(4, 4, 0) < packed(524_287, 2 ** 32 - 1, 4095) < 2 ** 63
+    assert [r["reason"] for r in rejects] == [UNPACKED_POSITION] * len(bad)
+    landed = sorted(json.loads(r["raw"])["after"]["account_id"] for r in rejects)  # the envelopes as they landed
+    assert landed == ["f", "g", "h", "i", "j", "k", "l"]
+
+
+def test_a_binlog_position_must_be_a_long(tmp_path: Path) -> None:
+    from laketide.errors import ConfigError
+
+    fields = {**MYSQL_FIELDS, "binlog_position": {"type": "timestamp", "required": True}}
+    with pytest.raises(ConfigError, match=r"'binlog_position' .* must be a field of type long, not timestamp"):
+        load(upsert_config(tmp_path, fields=fields, upsert=MYSQL_UPSERT))
 
 
 def test_a_debezium_line_not_utf8_is_rejected_as_it_landed(spark: Any, tmp_path: Path) -> None:
@@ -256,7 +310,7 @@ def test_a_debezium_timestamp_number_is_read_in_its_types_unit(spark: Any, tmp_p
 def test_a_debezium_time_taken_as_the_sequence_is_read_in_its_unit(spark: Any, tmp_path: Path,
                                                                     source: dict[str, int], top: dict[str, int],
                                                                     read: str) -> None:
-    """A MySQL stream orders its changes by ts_ms (its binlog position is no single number): a timestamp
+    """A stream may order its changes by ts_ms (a SQL Server stream: its LSNs are text, no number): a timestamp
     sequence_field the record lacks is Debezium's own ts_ms (ts_us, ts_ns), from the source block or the envelope,
     in the unit its name says. It was read as microseconds: the merged table's ts_ms said 1970-01-21."""
     from pyspark.sql import functions as F
@@ -327,3 +381,32 @@ def test_debezium_change_events_are_merged_by_their_lsn(spark: Any, tmp_path: Pa
         "stream": "clicks", "hour": partition_key(H0),
         "snapshot_range": {"from": str(first.snapshot_id), "to": str(again.snapshot_id)},
         "changes": 2, "operations": {"insert": 1, "update": 1}, "keys": 2}
+
+
+@pytest.mark.slow
+def test_mysql_changes_are_merged_by_their_binlog_position(spark: Any, tmp_path: Path) -> None:
+    """MySQL changes of one second, landed out of order over a binlog rotation, merged by the real writer: each key
+    ends at its change latest in the binlog (a later file wins over a larger position in an earlier one; a snapshot
+    read is older than any change after it), a late update of a deleted key stays out, and the hour verifies."""
+    config_path = upsert_config(tmp_path, fields=MYSQL_FIELDS, upsert=MYSQL_UPSERT)
+    config = load(config_path)
+    stream = config.stream("clicks")
+    first = [mysql_envelope("a", "mysql-bin.000003", 154, 0, "r", 1), mysql_envelope("b", "mysql-bin.000003", 154, 0,
+             "r", 10), mysql_envelope("a", "mysql-bin.000004", 4000, 0, "u", 3),
+             mysql_envelope("b", "mysql-bin.000003", 9000, 1, "d"), mysql_envelope("c", "mysql-bin.000003", 9000, 0,
+             "c", 5)]
+    publish(stream.landing_path, first, partition_key(H0), "shop", 1, "accounts")
+    later = [mysql_envelope("a", "mysql-bin.000003", 700, 0, "u", 2),  # before the rotation: older than 000004's
+             mysql_envelope("b", "mysql-bin.000003", 8000, 0, "u", 11),  # before b's delete: stays deleted
+             mysql_envelope("c", "mysql-bin.000003", 9400, 0, "u", 6),
+             mysql_envelope("d", "mysql-bin.000004", 2 ** 32, 0, "c", 1)]  # no position that packs: rejected
+    publish(stream.landing_path, later, partition_key(H0), "shop", 2, "accounts")
+    ingest(spark, config_path)
+    catalog = load_catalog(config.catalog)
+    rows = catalog.load_table("lake.accounts").scan().to_arrow().to_pylist()
+    assert {r["account_id"]: (r["binlog_position"], r["balance"]) for r in rows} == {
+        "a": (packed(4, 4000, 0), 3), "c": (packed(3, 9400, 0), 6)}
+    rejects = catalog.load_table("lake.account_changes_rejects").scan().to_arrow().column("reason").to_pylist()
+    assert rejects == [UNPACKED_POSITION]
+    assert catalog.load_table("lake.account_changes").scan().to_arrow().num_rows == 8
+    assert verify_partition(config, stream, H0).success

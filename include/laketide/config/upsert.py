@@ -22,6 +22,9 @@ DELETE_OPERATIONS = ("delete", "d", "D")
 MergeMode = Literal["merge-on-read", "copy-on-write"]
 #: how a Debezium envelope's number in a timestamp field counts time since the epoch
 TimeUnit = Literal["days", "millis", "micros", "nanos"]
+#: a ``format: debezium`` stream's sequence field filled from a MySQL or MariaDB connector's binlog position (the
+#: ``source`` block's file number, position and row, packed into one long: ``laketide.ingest.debezium``)
+BINLOG_POSITION = "binlog_position"
 #: what each operation value says of its key, as the lakehouse view and the example consumer count changes
 OPERATION_KINDS = {"insert": "insert", "c": "insert", "r": "insert", "I": "insert", "update": "update", "u": "update",
                    "U": "update", "upsert": "upsert", **dict.fromkeys(DELETE_OPERATIONS, "delete")}
@@ -115,6 +118,10 @@ def check_upsert(upsert: UpsertConfig, fields: dict[str, Any], table: str, rejec
                          "a change time)")
     if upsert.operation_field == event_id_field:
         raise ValueError("upsert.operation_field: must be another field than event_id_field")
+    if (upsert.format == "debezium" and upsert.sequence_field == BINLOG_POSITION
+            and fields[BINLOG_POSITION].type != "long"):
+        raise ValueError(f"upsert.sequence_field: {BINLOG_POSITION!r} (a MySQL or MariaDB binlog position, packed into "
+                         f"one number) must be a field of type long, not {fields[BINLOG_POSITION].type}")
     for name in upsert.timestamp_units:
         if upsert.format != "debezium":
             raise ValueError(f"upsert.timestamp_units: only a format: debezium stream reads timestamps as numbers "

@@ -13,7 +13,11 @@ the record's fields from ``after`` (``before`` for a delete), and the fields lak
 * ``event_id_field``: a hash of the line (the same event landed twice has the same id);
 * ``sequence_field``, when the record does not hold it: the ``source`` block's field of that name (``lsn`` for
   PostgreSQL), else the envelope's field of that name (``ts_ms``). Debezium's own times (``ts_ms``, ``ts_us``,
-  ``ts_ns``) taken so as a timestamp field are read in the unit their name says.
+  ``ts_ns``) taken so as a timestamp field are read in the unit their name says. A sequence field named
+  ``binlog_position`` (``config.upsert.BINLOG_POSITION``) is a MySQL or MariaDB connector's position of the change:
+  the ``source`` block's binlog file number, position in that file and row in the event, packed into one long that
+  orders as they do (:func:`binlog_position`). An envelope without such a position is passed on as it is, rejected
+  with :data:`UNPACKED_POSITION`.
 
 A timestamp field of the record written as a number counts time since the epoch in the unit of its Debezium type:
 days (``io.debezium.time.Date``, a DATE column), milliseconds (``io.debezium.time.Timestamp``: MySQL's DATETIME,
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from laketide.config.upsert import BINLOG_POSITION
 from laketide.ingest.columns import STRICT_JSON, lone_surrogate, not_utf8, spark_type
 
 if TYPE_CHECKING:
@@ -58,6 +63,33 @@ _RECORD_TEXTS = ("struct<before: map<string, string>, after: map<string, string>
                  "payload: struct<before: map<string, string>, after: map<string, string>>>")
 #: the part of the envelope's schema that names the types of the record's fields
 _SCHEMA = "schema: struct<fields: array<struct<field: string, fields: array<struct<field: string, name: string>>>>>"
+
+
+#: the bits of a packed binlog position (:func:`binlog_position`): file number, position in the file, row in the event
+#: (19 + 32 + 12 = 63, a positive long). A position is 32 bits in MySQL's binlog event header
+FILE_BITS, POS_BITS, ROW_BITS = 19, 32, 12
+#: the reason an envelope without a binlog position that packs is rejected with (``sequence_field: binlog_position``)
+UNPACKED_POSITION = (
+    f"no binlog position to order the change by: {BINLOG_POSITION} is packed from the source block's file (a binlog "
+    f"file name ending in its number, below {2 ** FILE_BITS:,}), pos (below {2 ** POS_BITS:,}) and row (below "
+    f"{2 ** ROW_BITS:,}), as the MySQL and MariaDB connectors write them; for another source, or a position beyond "
+    "these, name a version column the table keeps as upsert.sequence_field")
+
+
+def binlog_position(source: Column) -> Column:
+    """The change's binlog position from a MySQL or MariaDB envelope's ``source`` block (a map of its values' text):
+    ``file`` (``mysql-bin.000003``: its number), ``pos`` and ``row`` packed into one long that orders as the triple
+    does, so that a change later in the binlog (a later file, a later event, a later row of one event) is greater.
+    Null when a part is missing, not a whole number or beyond its bits (:data:`FILE_BITS`...)."""
+    from pyspark.sql import functions as F
+
+    def part(text: Column, bits: int) -> Column:
+        value = F.when(text.rlike(r"^[0-9]{1,10}$"), text.cast("long"))
+        return F.when(value < 2 ** bits, value)
+
+    number = part(F.regexp_extract(source["file"], r"\.([0-9]+)$", 1), FILE_BITS)
+    pos, row = part(source["pos"], POS_BITS), part(source["row"], ROW_BITS)
+    return F.shiftleft(number, POS_BITS + ROW_BITS) + F.shiftleft(pos, ROW_BITS) + row
 
 
 def filled(stream: StreamConfig) -> tuple[str, str, str]:
@@ -121,6 +153,7 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
         F.coalesce(texts["payload"]["after"], texts["after"]))
     operation, change_time, change_id = filled(stream)
     columns, mistyped = [], []
+    sequence = F.lit(True)  # the packed binlog position, when the stream orders by it
     for name, spec in stream.fields.items():
         if name in (operation, change_time, change_id):
             continue
@@ -130,7 +163,9 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
             unread = record_texts[name].isNotNull() & field.isNull()
             mistyped.append(F.when(unread, record_texts[name]).alias(name))
         own_unit = None  # the unit of Debezium's own time of this name (ts_ms...), when the record lacks the field
-        if name == upsert.sequence_field:
+        if name == upsert.sequence_field == BINLOG_POSITION:  # a long (the configuration's check)
+            field = sequence = F.coalesce(field, binlog_position(event("source")))
+        elif name == upsert.sequence_field:
             kind = "string" if spec.type == "timestamp" else spark_type(spec.type)
             if name in ENVELOPE_UNITS:
                 own_unit = F.when(field.isNull(), F.lit(ENVELOPE_UNITS[name]))
@@ -151,7 +186,8 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
     )
     # a line that is not valid UTF-8, or escapes half a surrogate pair alone, stays as it is, so that it is rejected as
     # such: flattened, its invalid bytes would be repaired (the parse decodes them to U+FFFD), the lone half written "?"
-    envelope = op.isNotNull() & record.isNotNull() & ~not_utf8(value) & ~lone_surrogate(value)
+    # so does an envelope without a binlog position to order it by, rejected naming that
+    envelope = op.isNotNull() & record.isNotNull() & ~not_utf8(value) & ~lone_surrogate(value) & sequence.isNotNull()
     line = F.to_json(flat, {"ignoreNullFields": "true"})
     if mistyped:  # the values the typed parse could not read, as strings, after the others: {..., "balance": "AeJA"}
         texts_line = F.to_json(F.struct(*mistyped), {"ignoreNullFields": "true"})
@@ -182,6 +218,23 @@ def delete_without_before(value: Column) -> Column:
                 & F.array_contains(keys, "after") & F.get_json_object(event, "$.before").isNull())
 
     return F.coalesce(delete(value) | delete(F.get_json_object(value, "$.payload")), F.lit(False))
+
+
+def unpacked_position(value: Column) -> Column:
+    """``value`` is a Debezium envelope (in its payload wrapper or not) that :func:`flat_line` passed on as it is for
+    want of a binlog position (``sequence_field: binlog_position``): its record holds none, and its ``source`` block
+    none that packs. Never null; false for a flat line (it has no record)."""
+    from pyspark.sql import functions as F
+
+    body = "op: string, before: map<string, string>, after: map<string, string>, source: map<string, string>"
+    parsed = F.from_json(value, f"struct<payload: struct<{body}>, {body}>", {"mode": "PERMISSIVE", **STRICT_JSON})
+
+    def event(part: str) -> Column:
+        return F.coalesce(parsed["payload"][part], parsed[part])
+
+    record = F.when(event("op") == "d", event("before")).otherwise(event("after"))
+    unpacked = record[BINLOG_POSITION].isNull() & binlog_position(event("source")).isNull()
+    return F.coalesce(event("op").isNotNull() & record.isNotNull() & unpacked, F.lit(False))
 
 
 def _joined(line: Column, more: Column) -> Column:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from laketide.config import StreamConfig
-from laketide.config.upsert import DELETE_OPERATIONS, delete_fields
+from laketide.config.upsert import BINLOG_POSITION, DELETE_OPERATIONS, delete_fields
 from laketide.ingest.columns import (
     BOM,
     CORRUPT,
@@ -26,7 +26,12 @@ from laketide.ingest.columns import (
     timestamp_rule,
     too_long_reason,
 )
-from laketide.ingest.debezium import DELETE_WITHOUT_BEFORE, delete_without_before
+from laketide.ingest.debezium import (
+    DELETE_WITHOUT_BEFORE,
+    UNPACKED_POSITION,
+    delete_without_before,
+    unpacked_position,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -239,6 +244,8 @@ class Parsed:
         if stream.upsert is not None and stream.upsert.format == "debezium":
             # an envelope the flattening passed on unread: named before the fields it lacks
             checks.append(F.when(delete_without_before(raw), F.lit(DELETE_WITHOUT_BEFORE)))
+            if stream.upsert.sequence_field == BINLOG_POSITION:
+                checks.append(F.when(unpacked_position(raw), F.lit(UNPACKED_POSITION)))
         rule = timestamp_rule(stream)
         for name, spec in stream.fields.items():
             why = f"field {name!r} is not a valid {spec.type}" + (f": {rule}" if spec.type == "timestamp" else "")
