@@ -140,17 +140,16 @@ def flat_line(value: Column, stream: StreamConfig) -> Column:
     # strict JSON (no NaN): an envelope the lenient reader would take without its NaN value is no envelope, and the
     # line is rejected as it landed
     parsed = F.from_json(value, envelope_schema(stream), {"mode": "PERMISSIVE", **STRICT_JSON})
-    def event(part: str) -> Column:  # a part of the envelope, in its payload wrapper or not
-        return F.coalesce(parsed["payload"][part], parsed[part])
+
+    def event(part: str) -> Column:
+        return _part(parsed, part)
 
     op = event("op")
-    record = F.when(op == "d", event("before")).otherwise(event("after"))
+    record = _record(parsed, op)
     # the record's values as their JSON text: a value the typed parse could not read (a decimal as Debezium's base64
     # bytes in a long field, a fraction in an int field) is passed on as text, so that the validation rejects the line
     # naming the field, instead of the typed parse's null dropping the value
-    texts = F.from_json(value, _RECORD_TEXTS, {"mode": "PERMISSIVE", **STRICT_JSON})
-    record_texts = F.when(op == "d", F.coalesce(texts["payload"]["before"], texts["before"])).otherwise(
-        F.coalesce(texts["payload"]["after"], texts["after"]))
+    record_texts = _record(F.from_json(value, _RECORD_TEXTS, {"mode": "PERMISSIVE", **STRICT_JSON}), op)
     operation, change_time, change_id = filled(stream)
     columns, mistyped = [], []
     sequence = F.lit(True)  # the packed binlog position, when the stream orders by it
@@ -228,13 +227,24 @@ def unpacked_position(value: Column) -> Column:
 
     body = "op: string, before: map<string, string>, after: map<string, string>, source: map<string, string>"
     parsed = F.from_json(value, f"struct<payload: struct<{body}>, {body}>", {"mode": "PERMISSIVE", **STRICT_JSON})
+    op = _part(parsed, "op")
+    record = _record(parsed, op)
+    unpacked = record[BINLOG_POSITION].isNull() & binlog_position(_part(parsed, "source")).isNull()
+    return F.coalesce(op.isNotNull() & record.isNotNull() & unpacked, F.lit(False))
 
-    def event(part: str) -> Column:
-        return F.coalesce(parsed["payload"][part], parsed[part])
 
-    record = F.when(event("op") == "d", event("before")).otherwise(event("after"))
-    unpacked = record[BINLOG_POSITION].isNull() & binlog_position(event("source")).isNull()
-    return F.coalesce(event("op").isNotNull() & record.isNotNull() & unpacked, F.lit(False))
+def _part(parsed: Column, name: str) -> Column:
+    """Part ``name`` of a parsed envelope, in its payload wrapper or not."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(parsed["payload"][name], parsed[name])
+
+
+def _record(parsed: Column, op: Column) -> Column:
+    """The record of a parsed envelope whose operation is ``op``: ``before`` for a delete, else ``after``."""
+    from pyspark.sql import functions as F
+
+    return F.when(op == "d", _part(parsed, "before")).otherwise(_part(parsed, "after"))
 
 
 def _joined(line: Column, more: Column) -> Column:
